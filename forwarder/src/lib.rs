@@ -1,0 +1,16 @@
+//! cakewalk's forwarder: poll-mode workers that receive bursts from ports, parse and classify
+//! each packet ([`wire`]), queue it into per-TX-queue CAKE shapers ([`qdisc::mq`]) and transmit
+//! what the shapers release.
+//!
+//! Map: [`wire`] parses headers without copying; [`port`] holds the `Port` trait and its
+//! backends (built-in generator, pcap, AF_PACKET, DPDK); [`engine`] runs the worker loops;
+//! [`config`] reads TOML and tc-style units; [`stats`] counts and reports; [`control`] changes
+//! a running forwarder without losing packets.
+#![deny(unsafe_code)]
+
+pub mod config;
+pub mod control;
+pub mod engine;
+pub mod port;
+pub mod stats;
+pub mod wire;

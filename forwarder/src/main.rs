@@ -1,0 +1,4 @@
+//! The `cakewalk` binary: parses the command line and hands over to the library.
+fn main() {
+    println!("cakewalk");
+}

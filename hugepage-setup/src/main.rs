@@ -1,0 +1,2 @@
+//! hugepage-setup binary.
+fn main() {}

@@ -1,0 +1,1 @@
+//! pfifo_fast-style three-band FIFO: the baseline every benchmark compares against.

@@ -1,0 +1,125 @@
+//! Sans-I/O queueing disciplines for cakewalk: one CAKE instance ([`cake::Cake`]), the
+//! cake_mq multi-queue layer ([`mq`]) and a pfifo_fast-style baseline ([`fifo::Fifo`]).
+//!
+//! Nothing here reads a clock, starts a thread or allocates per packet. Every call that needs
+//! time takes `now_ns`, a monotonic nanosecond count chosen by the caller; header facts arrive
+//! already parsed in a [`PacketMeta`]. That keeps the crate deterministic: virtual-time tests
+//! run ten simulated seconds of a 1 Gbit/s shaper in milliseconds, and a replay of the same
+//! calls gives the same output.
+//!
+//! # Call protocol
+//! * `now_ns` must not go backwards between calls on one instance; an older value is clamped to
+//!   the newest seen.
+//! * [`Qdisc::enqueue`] and [`Qdisc::dequeue`] may interleave freely on one thread. Sharing an
+//!   instance between threads is the job of [`mq::TxQueue`].
+//! * A rate-only change ([`Qdisc::set_rate`]) is a pure parameter write: it never purges
+//!   queues, moves the dequeue cursors or walks the flow tables (seed 000).
+
+pub mod cake;
+pub mod fifo;
+pub mod mq;
+mod packet;
+mod rate;
+
+pub use packet::{FlowKeys, L3Kind, Packet, PacketMeta, TcpAckInfo};
+pub use rate::Rate;
+
+/// What [`Qdisc::dequeue`] produced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Dequeue<P> {
+    /// A packet to transmit now.
+    Packet(P),
+    /// Nothing is queued.
+    Empty,
+    /// Packets are queued but the shaper holds them until this time (ns).
+    NotBefore(u64),
+}
+
+/// Why a packet was dropped. Every drop in cakewalk is counted under one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// COBALT (CoDel or BLUE) decided to drop.
+    Aqm,
+    /// The memory or packet limit was exceeded (drop from the fattest flow, or FIFO tail drop).
+    Overflow,
+    /// The ACK filter replaced this ACK with a newer one.
+    AckFilter,
+    /// The lock-free intake of a TX queue was full.
+    IntakeFull,
+    /// The port's transmit ring was full.
+    TxFull,
+    /// The frame could not be parsed (forwarded anyway as non-IP; counted here only if dropped).
+    Malformed,
+}
+
+impl DropReason {
+    /// All reasons, in display order.
+    pub const ALL: [DropReason; 6] = [
+        DropReason::Aqm,
+        DropReason::Overflow,
+        DropReason::AckFilter,
+        DropReason::IntakeFull,
+        DropReason::TxFull,
+        DropReason::Malformed,
+    ];
+
+    /// Short snake_case name used in stats output and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Aqm => "aqm",
+            DropReason::Overflow => "overflow",
+            DropReason::AckFilter => "ack_filter",
+            DropReason::IntakeFull => "intake_full",
+            DropReason::TxFull => "tx_full",
+            DropReason::Malformed => "malformed",
+        }
+    }
+}
+
+/// The result of [`Qdisc::enqueue`]. Drops caused by the enqueue (of this packet or of
+/// another one, such as the head of the fattest flow) are reported so the caller can keep
+/// conservation exact: `in = out + dropped + queued`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Enqueued {
+    /// Packets dropped by this call (possibly including the one just offered).
+    pub dropped_packets: u32,
+    /// Bytes (wire length) dropped by this call.
+    pub dropped_bytes: u64,
+    /// The reason for those drops; `None` when nothing was dropped.
+    pub reason: Option<DropReason>,
+}
+
+/// What every queueing discipline in this crate offers to [`mq::TxQueue`] and the engine.
+pub trait Qdisc<P: Packet> {
+    /// Queues `pkt`. Never fails; drops it causes are reported in the result.
+    fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Enqueued;
+
+    /// Returns the next packet the discipline allows at `now_ns`.
+    fn dequeue(&mut self, now_ns: u64) -> Dequeue<P>;
+
+    /// Packets queued.
+    fn len(&self) -> usize;
+
+    /// Returns true when nothing is queued.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes (wire length) queued.
+    fn backlog_bytes(&self) -> u64;
+
+    /// The enqueue-bypass test (Linux `TCQ_F_CAN_BYPASS`): when nothing is queued and the shaper
+    /// has credit at `now_ns`, charges `pkt` to the shaper and statistics as if it had been
+    /// enqueued and dequeued at once, and returns true. Otherwise changes nothing and returns
+    /// false, and the caller enqueues normally.
+    fn try_bypass(&mut self, now_ns: u64, pkt: &P, meta: &PacketMeta) -> bool;
+
+    /// Rate-only update: a pure parameter write (no purge, no cursor move, no table walk).
+    fn set_rate(&mut self, rate: Rate);
+
+    /// The configured (unshared) rate; `Rate::UNLIMITED` when not shaping.
+    fn rate(&self) -> Rate;
+
+    /// When the shaper will next allow a packet, if something is queued and held back.
+    fn next_wakeup(&self) -> Option<u64>;
+}

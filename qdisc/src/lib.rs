@@ -20,6 +20,8 @@ pub mod fifo;
 pub mod mq;
 mod packet;
 mod rate;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use packet::{FlowKeys, L3Kind, Packet, PacketMeta, TcpAckInfo};
 pub use rate::Rate;

@@ -1,0 +1,168 @@
+//! Result tables: Markdown rendering, writing `benches/results/<name>.md`, and updating one
+//! harness's section of `BENCHMARKS.md` in place. Each harness owns the text between
+//! `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->`; other sections and any text
+//! outside the markers are left as they are.
+
+use std::path::Path;
+
+/// A table with a header row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Table {
+    /// Column titles.
+    pub headers: Vec<String>,
+    /// Rows; each should have as many cells as `headers`.
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// Returns an empty table with these column titles.
+    pub fn new(headers: &[&str]) -> Table {
+        Table {
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Appends a row.
+    pub fn push(&mut self, row: Vec<String>) {
+        self.rows.push(row);
+    }
+
+    /// Renders the table as GitHub Markdown.
+    pub fn to_markdown(&self) -> String {
+        let esc = |c: &str| c.replace('|', "\\|");
+        let mut s = String::new();
+        s.push_str(&format!(
+            "| {} |\n",
+            self.headers
+                .iter()
+                .map(|h| esc(h))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ));
+        s.push_str(&format!(
+            "|{}\n",
+            self.headers.iter().map(|_| "---|").collect::<String>()
+        ));
+        for r in &self.rows {
+            let mut cells: Vec<String> = r.iter().map(|c| esc(c)).collect();
+            cells.resize(self.headers.len(), String::new());
+            s.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
+        s
+    }
+}
+
+fn markers(name: &str) -> (String, String) {
+    (
+        format!("<!-- bench:{name}:begin -->"),
+        format!("<!-- bench:{name}:end -->"),
+    )
+}
+
+/// Replaces the section `name` of the Markdown file at `path` with `body` (creating the file
+/// with a title, or appending the section, when missing). Text outside the section is kept.
+///
+/// # Errors
+/// I/O errors reading or writing the file.
+pub fn update_section(path: &Path, name: &str, body: &str) -> std::io::Result<()> {
+    let (begin, end) = markers(name);
+    let old = match std::fs::read_to_string(path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::from(
+            "# Benchmarks\n\nMeasured by the harnesses in `benches/` (one section each, rewritten \
+             by the harness that owns it; see `scripts/bench-smoke`). Kernel numbers are context, \
+             not pass/fail.\n",
+        ),
+        Err(e) => return Err(e),
+    };
+    let section = format!("{begin}\n{}\n{end}", body.trim_end());
+    let new = match (old.find(&begin), old.find(&end)) {
+        (Some(b), Some(e)) if e > b => {
+            format!("{}{section}{}", &old[..b], &old[e + end.len()..])
+        }
+        _ => format!("{}\n{section}\n", old.trim_end()),
+    };
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
+    std::fs::write(path, new)
+}
+
+/// Returns "YYYY-MM-DD HH:MM UTC" for now (no date crate needed).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60
+    )
+}
+
+/// Returns a one-line description of the machine (CPU model, cores, kernel) for result headers.
+pub fn machine_line() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1).map(|v| v.trim().to_string()))
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, Linux {kernel}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markdown_tables_escape_pipes_and_pad_short_rows() {
+        let mut t = Table::new(&["a", "b"]);
+        t.push(vec!["x|y".into()]);
+        assert_eq!(t.to_markdown(), "| a | b |\n|---|---|\n| x\\|y |  |\n");
+    }
+
+    #[test]
+    fn updating_a_section_keeps_the_other_sections_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("BENCHMARKS.md");
+        update_section(&p, "accuracy", "## Accuracy\nv1").unwrap();
+        update_section(&p, "pktgen", "## Pktgen\nkeep me").unwrap();
+        update_section(&p, "accuracy", "## Accuracy\nv2").unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.starts_with("# Benchmarks"));
+        assert!(s.contains("v2") && !s.contains("v1"), "{s}");
+        assert!(s.contains("keep me"));
+        assert!(s.find("Accuracy").unwrap() < s.find("Pktgen").unwrap());
+    }
+
+    #[test]
+    fn the_date_has_the_expected_shape() {
+        let d = utc_now();
+        assert_eq!(d.len(), "2026-12-03 07:56 UTC".len(), "{d}");
+        assert!(d.starts_with("20"));
+    }
+}

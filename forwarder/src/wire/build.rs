@@ -1,0 +1,275 @@
+//! Frame builders for the generator, tests, benchmarks and the lab: well-formed Ethernet +
+//! IPv4/IPv6 + UDP/TCP frames written into a caller's buffer with correct lengths and
+//! checksums. Not on the forwarding path; never panics (a too-small buffer returns `None`).
+
+use std::net::IpAddr;
+
+use super::checksum;
+use super::parse::protocol;
+
+/// Source MAC of built frames (locally administered).
+pub const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+/// Destination MAC of built frames (locally administered).
+pub const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+const ETH_LEN: usize = 14;
+const IPV4_LEN: usize = 20;
+const IPV6_LEN: usize = 40;
+const UDP_LEN: usize = 8;
+const TCP_LEN: usize = 20;
+
+/// A TCP segment to build with [`build_tcp_frame`].
+#[derive(Debug, Clone, Copy)]
+pub struct TcpSpec<'a> {
+    /// Source address (IPv4 or IPv6; must match `dst`).
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+    /// DSCP (0..=63).
+    pub dscp: u8,
+    /// ECN bits (0..=3).
+    pub ecn: u8,
+    /// Flags byte (ACK = 0x10).
+    pub flags: u8,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgement number.
+    pub ack: u32,
+    /// Raw option bytes; padded with EOL to a multiple of 4 (at most 40).
+    pub options: &'a [u8],
+    /// Payload bytes (zeros).
+    pub payload_len: usize,
+}
+
+/// Writes the Ethernet and IP headers for an upper-layer segment of `l4_len` bytes and
+/// returns the offset of the upper-layer header plus the pseudo-header checksum sum.
+fn write_l2_l3(
+    buf: &mut [u8],
+    src: IpAddr,
+    dst: IpAddr,
+    dscp: u8,
+    ecn: u8,
+    proto: u8,
+    l4_len: usize,
+) -> Option<(usize, u32)> {
+    let tos = (dscp << 2) | (ecn & 0x03);
+    buf.get_mut(0..6)?.copy_from_slice(&DST_MAC);
+    buf.get_mut(6..12)?.copy_from_slice(&SRC_MAC);
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let total = u16::try_from(IPV4_LEN + l4_len).ok()?;
+            buf.get_mut(12..14)?.copy_from_slice(&[0x08, 0x00]);
+            let ip = buf.get_mut(ETH_LEN..ETH_LEN + IPV4_LEN)?;
+            ip[0] = 0x45;
+            ip[1] = tos;
+            ip[2..4].copy_from_slice(&total.to_be_bytes());
+            ip[4..6].copy_from_slice(&[0, 0]); // identification
+            ip[6..8].copy_from_slice(&[0x40, 0x00]); // DF
+            ip[8] = 64;
+            ip[9] = proto;
+            ip[10..12].copy_from_slice(&[0, 0]);
+            ip[12..16].copy_from_slice(&s.octets());
+            ip[16..20].copy_from_slice(&d.octets());
+            let check = checksum::checksum(ip);
+            ip[10..12].copy_from_slice(&check.to_be_bytes());
+            let pseudo = u32::from(checksum::sum(0, &s.octets()))
+                + u32::from(checksum::sum(0, &d.octets()))
+                + u32::from(proto)
+                + u32::from(total) - IPV4_LEN as u32;
+            Some((ETH_LEN + IPV4_LEN, pseudo))
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let payload = u16::try_from(l4_len).ok()?;
+            buf.get_mut(12..14)?.copy_from_slice(&[0x86, 0xdd]);
+            let ip = buf.get_mut(ETH_LEN..ETH_LEN + IPV6_LEN)?;
+            ip[0] = 0x60 | (tos >> 4);
+            ip[1] = tos << 4;
+            ip[2..4].copy_from_slice(&[0, 0]);
+            ip[4..6].copy_from_slice(&payload.to_be_bytes());
+            ip[6] = proto;
+            ip[7] = 64;
+            ip[8..24].copy_from_slice(&s.octets());
+            ip[24..40].copy_from_slice(&d.octets());
+            let pseudo = u32::from(checksum::sum(0, &s.octets()))
+                + u32::from(checksum::sum(0, &d.octets()))
+                + u32::from(proto)
+                + u32::from(payload);
+            Some((ETH_LEN + IPV6_LEN, pseudo))
+        }
+        _ => None,
+    }
+}
+
+fn finish_l4_checksum(l4: &mut [u8], pseudo: u32, field: usize, zero_means_none: bool) {
+    let mut check = !checksum::sum(pseudo, l4);
+    if check == 0 && zero_means_none {
+        check = 0xffff;
+    }
+    l4[field..field + 2].copy_from_slice(&check.to_be_bytes());
+}
+
+/// Writes an Ethernet + IPv4/IPv6 + UDP frame with `payload_len` zero bytes of payload into
+/// `buf`, with valid IP and UDP checksums. Returns the frame length, or `None` when `buf` is
+/// too small, the addresses are of different families or the lengths overflow.
+///
+/// # Examples
+/// ```
+/// let mut buf = [0u8; 1514];
+/// let len = forwarder::wire::build_udp_frame(
+///     &mut buf, "2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap(),
+///     5000, 5001, 0, 0, 100,
+/// ).unwrap();
+/// assert_eq!(len, 14 + 40 + 8 + 100);
+/// ```
+#[expect(
+    clippy::too_many_arguments,
+    reason = "mirrors the header fields one to one; TcpSpec is the struct form"
+)]
+pub fn build_udp_frame(
+    buf: &mut [u8],
+    src: IpAddr,
+    dst: IpAddr,
+    src_port: u16,
+    dst_port: u16,
+    dscp: u8,
+    ecn: u8,
+    payload_len: usize,
+) -> Option<usize> {
+    let l4_len = UDP_LEN + payload_len;
+    let (l4_start, pseudo) = write_l2_l3(buf, src, dst, dscp, ecn, protocol::UDP, l4_len)?;
+    let l4 = buf.get_mut(l4_start..l4_start + l4_len)?;
+    l4[0..2].copy_from_slice(&src_port.to_be_bytes());
+    l4[2..4].copy_from_slice(&dst_port.to_be_bytes());
+    l4[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+    l4[6..8].copy_from_slice(&[0, 0]);
+    l4[UDP_LEN..].fill(0);
+    finish_l4_checksum(l4, pseudo, 6, true);
+    Some(l4_start + l4_len)
+}
+
+/// Writes an Ethernet + IPv4/IPv6 + TCP frame described by `spec` into `buf`, with valid
+/// checksums. Returns the frame length, or `None` when `buf` is too small, the addresses are
+/// of different families or the options exceed 40 bytes.
+pub fn build_tcp_frame(buf: &mut [u8], spec: &TcpSpec<'_>) -> Option<usize> {
+    if spec.options.len() > 40 {
+        return None;
+    }
+    let opt_len = spec.options.len().div_ceil(4) * 4;
+    let header_len = TCP_LEN + opt_len;
+    let l4_len = header_len + spec.payload_len;
+    let (l4_start, pseudo) = write_l2_l3(
+        buf,
+        spec.src,
+        spec.dst,
+        spec.dscp,
+        spec.ecn,
+        protocol::TCP,
+        l4_len,
+    )?;
+    let l4 = buf.get_mut(l4_start..l4_start + l4_len)?;
+    l4[0..2].copy_from_slice(&spec.src_port.to_be_bytes());
+    l4[2..4].copy_from_slice(&spec.dst_port.to_be_bytes());
+    l4[4..8].copy_from_slice(&spec.seq.to_be_bytes());
+    l4[8..12].copy_from_slice(&spec.ack.to_be_bytes());
+    l4[12] = ((header_len / 4) as u8) << 4;
+    l4[13] = spec.flags;
+    l4[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
+    l4[16..20].fill(0);
+    l4[TCP_LEN..].fill(0);
+    l4[TCP_LEN..TCP_LEN + spec.options.len()].copy_from_slice(spec.options);
+    finish_l4_checksum(l4, pseudo, 16, false);
+    Some(l4_start + l4_len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn l4_checksum_ok(frame: &[u8], l3: usize, v6: bool) -> bool {
+        let (pseudo, l4) = if v6 {
+            let ip = &frame[l3..];
+            let plen = u16::from_be_bytes([ip[4], ip[5]]);
+            let p = u32::from(checksum::sum(0, &ip[8..40])) + u32::from(ip[6]) + u32::from(plen);
+            (p, &ip[40..40 + usize::from(plen)])
+        } else {
+            let ip = &frame[l3..];
+            let total = u16::from_be_bytes([ip[2], ip[3]]);
+            let p = u32::from(checksum::sum(0, &ip[12..20]))
+                + u32::from(ip[9])
+                + u32::from(total - 20);
+            (p, &ip[20..usize::from(total)])
+        };
+        checksum::sum(pseudo, l4) == 0xffff
+    }
+
+    #[test]
+    fn udp_frames_carry_valid_checksums_in_both_families() {
+        let mut buf = [0u8; 256];
+        let n = build_udp_frame(
+            &mut buf,
+            "10.1.2.3".parse().unwrap(),
+            "10.4.5.6".parse().unwrap(),
+            7,
+            9,
+            10,
+            1,
+            33,
+        )
+        .unwrap();
+        assert_eq!(n, 14 + 20 + 8 + 33);
+        assert!(checksum::sum(0, &buf[14..34]) == 0xffff);
+        assert!(l4_checksum_ok(&buf[..n], 14, false));
+
+        let n = build_udp_frame(
+            &mut buf,
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8::2".parse().unwrap(),
+            7,
+            9,
+            10,
+            1,
+            33,
+        )
+        .unwrap();
+        assert_eq!(n, 14 + 40 + 8 + 33);
+        assert!(l4_checksum_ok(&buf[..n], 14, true));
+    }
+
+    #[test]
+    fn small_buffers_and_mixed_families_are_refused() {
+        let mut buf = [0u8; 40];
+        let v4 = "10.0.0.1".parse().unwrap();
+        let v6 = "2001:db8::1".parse().unwrap();
+        assert_eq!(build_udp_frame(&mut buf, v4, v4, 1, 2, 0, 0, 100), None);
+        let mut big = [0u8; 200];
+        assert_eq!(build_udp_frame(&mut big, v4, v6, 1, 2, 0, 0, 10), None);
+    }
+
+    #[test]
+    fn tcp_frames_have_padded_options_and_valid_checksums() {
+        let mut buf = [0u8; 256];
+        let spec = TcpSpec {
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            src_port: 80,
+            dst_port: 40000,
+            dscp: 0,
+            ecn: 0,
+            flags: 0x10,
+            seq: 1,
+            ack: 1000,
+            options: &[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2],
+            payload_len: 0,
+        };
+        let n = build_tcp_frame(&mut buf, &spec).unwrap();
+        assert_eq!(n, 14 + 20 + 32);
+        assert!(l4_checksum_ok(&buf[..n], 14, false));
+        let info = crate::wire::tcp_ack_info(&buf[..n]).unwrap();
+        assert_eq!(info.ack_seq, 1000);
+        assert_eq!(info.timestamp, Some((1, 2)));
+    }
+}

@@ -1,0 +1,385 @@
+//! pcap files as ports: [`PcapRx`] replays a pcap or pcapng file (once, or looped), and
+//! [`PcapTx`] writes every transmitted frame to a pcap file.
+//!
+//! The input is read into memory once when the port is made (one contiguous byte buffer plus
+//! an index, no allocation per frame afterwards); each frame is copied into a pool buffer as
+//! it is received, so the bytes that leave are exactly the bytes that were read unless a
+//! configured rewrite (ECN CE, DSCP wash) changed them. Frames keep file order on input; the
+//! engine keeps per-flow order, so the output is order-preserving per flow. Input pacing by
+//! the file's timestamps is not done: the file is replayed as fast as the pool allows.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::pcapng::{Block, PcapNgReader};
+
+use super::pool::{Pool, PoolBuf};
+use super::{PortBuf, PortRx, PortTx};
+use crate::engine::clock;
+
+/// Why a pcap port could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PcapError {
+    /// The file could not be opened or read.
+    #[error("cannot read pcap input '{path}': {source}; check the path and permissions")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is neither pcap nor pcapng, or is damaged.
+    #[error("'{path}' is not a readable pcap or pcapng file: {reason}; convert it with `editcap -F pcap`")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said.
+        reason: String,
+    },
+    /// The output file could not be created.
+    #[error("cannot write pcap output '{path}': {reason}; check that the directory exists and is writable")]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// All frames of an input file, in file order.
+#[derive(Debug, Default)]
+pub struct PcapFrames {
+    bytes: Vec<u8>,
+    index: Vec<(usize, usize)>,
+}
+
+impl PcapFrames {
+    /// Reads every frame of `path` (pcap or pcapng, detected by the magic number).
+    pub fn load(path: &Path) -> Result<PcapFrames, PcapError> {
+        let open_err = |source| PcapError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let fmt_err = |e: pcap_file::PcapError| PcapError::Format {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
+        let mut file = File::open(path).map_err(open_err)?;
+        let mut magic = [0u8; 4];
+        file.read_exact(&mut magic).map_err(open_err)?;
+        let file = File::open(path).map_err(open_err)?;
+        let mut frames = PcapFrames::default();
+        if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
+            let mut r = PcapNgReader::new(BufReader::new(file)).map_err(fmt_err)?;
+            while let Some(block) = r.next_block() {
+                match block.map_err(fmt_err)? {
+                    Block::EnhancedPacket(p) => frames.push(&p.data),
+                    Block::SimplePacket(p) => frames.push(&p.data),
+                    Block::Packet(p) => frames.push(&p.data),
+                    _ => {}
+                }
+            }
+        } else {
+            let mut r = PcapReader::new(BufReader::new(file)).map_err(fmt_err)?;
+            while let Some(p) = r.next_packet() {
+                frames.push(&p.map_err(fmt_err)?.data);
+            }
+        }
+        Ok(frames)
+    }
+
+    fn push(&mut self, frame: &[u8]) {
+        self.index.push((self.bytes.len(), frame.len()));
+        self.bytes.extend_from_slice(frame);
+    }
+
+    /// Frames in the file.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// True for a file with no frames.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Frame `i`.
+    pub fn frame(&self, i: usize) -> &[u8] {
+        let (off, len) = self.index[i];
+        &self.bytes[off..off + len]
+    }
+}
+
+/// Counters of a pcap port.
+#[derive(Debug, Default)]
+pub struct PcapCounters {
+    /// Frames read from the input (each loop counts again).
+    pub read: AtomicU64,
+    /// Input frames skipped because they are larger than a pool buffer.
+    pub oversize: AtomicU64,
+    /// Frames written to the output.
+    pub written: AtomicU64,
+    /// Frames that could not be written (I/O error).
+    pub write_errors: AtomicU64,
+}
+
+/// The receive half: replays the input file.
+pub struct PcapRx {
+    frames: Arc<PcapFrames>,
+    pool: Pool,
+    next: usize,
+    looped: bool,
+    finished: bool,
+    counters: Arc<PcapCounters>,
+    read: u64,
+    oversize: u64,
+}
+
+impl PcapRx {
+    /// Replays `frames` through buffers from `pool`, forever when `looped`.
+    pub fn new(
+        frames: Arc<PcapFrames>,
+        pool: Pool,
+        looped: bool,
+        counters: Arc<PcapCounters>,
+    ) -> PcapRx {
+        PcapRx {
+            finished: frames.is_empty(),
+            frames,
+            pool,
+            next: 0,
+            looped,
+            counters,
+            read: 0,
+            oversize: 0,
+        }
+    }
+}
+
+impl PortRx for PcapRx {
+    type Buf = PoolBuf;
+
+    fn rx_burst(&mut self, burst: &mut Vec<PoolBuf>, max: usize) -> usize {
+        let mut n = 0;
+        while n < max && !self.finished {
+            let frame = self.frames.frame(self.next);
+            if frame.len() > self.pool.buf_size() {
+                self.oversize += 1;
+            } else {
+                let Some(b) = self.pool.alloc_copy(frame) else {
+                    break;
+                };
+                burst.push(b);
+                n += 1;
+                self.read += 1;
+            }
+            self.next += 1;
+            if self.next == self.frames.len() {
+                self.next = 0;
+                self.finished = !self.looped;
+            }
+        }
+        self.counters.read.store(self.read, Relaxed);
+        self.counters.oversize.store(self.oversize, Relaxed);
+        n
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished
+    }
+}
+
+/// A pcap file writer shared by the transmit queues of one port.
+pub struct PcapSink {
+    /// `None` once flushed and closed.
+    writer: Option<PcapWriter<BufWriter<File>>>,
+    wall_base_ns: u64,
+    mono_base_ns: u64,
+}
+
+impl PcapSink {
+    /// Creates (truncates) `path` and writes a pcap header (Ethernet, ns timestamps).
+    pub fn create(path: &Path) -> Result<PcapSink, PcapError> {
+        let err = |reason: String| PcapError::Create {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let file = File::create(path).map_err(|e| err(e.to_string()))?;
+        let header = PcapHeader {
+            ts_resolution: pcap_file::TsResolution::NanoSecond,
+            endianness: pcap_file::Endianness::native(),
+            ..PcapHeader::default()
+        };
+        let writer = PcapWriter::with_header(BufWriter::with_capacity(1 << 20, file), header)
+            .map_err(|e| err(e.to_string()))?;
+        let mono_base_ns = clock::now_ns();
+        Ok(PcapSink {
+            writer: Some(writer),
+            wall_base_ns: clock::wall_ns_at(mono_base_ns),
+            mono_base_ns,
+        })
+    }
+}
+
+/// The transmit half: writes frames to the shared [`PcapSink`], or counts and drops them
+/// when the port has no output file.
+pub struct PcapTx {
+    sink: Option<Arc<Mutex<PcapSink>>>,
+    counters: Arc<PcapCounters>,
+    written: u64,
+    errors: u64,
+}
+
+impl PcapTx {
+    /// A transmit queue writing to `sink` (or discarding when `None`).
+    pub fn new(sink: Option<Arc<Mutex<PcapSink>>>, counters: Arc<PcapCounters>) -> PcapTx {
+        PcapTx {
+            sink,
+            counters,
+            written: 0,
+            errors: 0,
+        }
+    }
+}
+
+impl PortTx for PcapTx {
+    type Buf = PoolBuf;
+
+    fn tx_burst(&mut self, burst: &mut Vec<PoolBuf>) -> usize {
+        let n = burst.len();
+        if let Some(sink) = &self.sink {
+            let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
+            let ts = s.wall_base_ns + clock::recent_ns().saturating_sub(s.mono_base_ns);
+            let ts = Duration::from_nanos(ts);
+            for b in burst.iter() {
+                let data = b.data();
+                let pkt = PcapPacket::new(ts, data.len() as u32, data);
+                let result = match s.writer.as_mut() {
+                    Some(w) => w.write_packet(&pkt).map(|_| ()).map_err(|e| e.to_string()),
+                    None => Err("the output was already closed".to_string()),
+                };
+                match result {
+                    Ok(()) => self.written += 1,
+                    Err(e) => {
+                        if self.errors == 0 {
+                            eprintln!("error: pcap output write failed: {e}; later frames may be lost");
+                        }
+                        self.errors += 1;
+                    }
+                }
+            }
+        } else {
+            self.written += n as u64;
+        }
+        burst.clear();
+        self.counters.written.store(self.written, Relaxed);
+        self.counters.write_errors.store(self.errors, Relaxed);
+        n
+    }
+
+    /// Flushes and closes the shared output file (the engine calls this once it stopped).
+    fn flush(&mut self) {
+        if let Some(sink) = &self.sink {
+            let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(w) = s.writer.take() {
+                if let Err(e) = std::io::Write::flush(&mut w.into_writer()) {
+                    eprintln!("error: flushing pcap output failed: {e}");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for PcapTx {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Writes `frames` to a new pcap file at `path` (Ethernet, µs timestamps 1 ms apart); for
+/// tests and tools.
+pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) -> Result<(), PcapError> {
+    let err = |reason: String| PcapError::Create {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = File::create(path).map_err(|e| err(e.to_string()))?;
+    let mut w = PcapWriter::new(BufWriter::new(file)).map_err(|e| err(e.to_string()))?;
+    for (i, f) in frames.iter().enumerate() {
+        let pkt = PcapPacket::new(Duration::from_millis(i as u64), f.len() as u32, f);
+        w.write_packet(&pkt).map_err(|e| err(e.to_string()))?;
+    }
+    std::io::Write::flush(&mut w.into_writer()).map_err(|e| err(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(n: usize) -> Vec<Vec<u8>> {
+        (0..n).map(|i| vec![i as u8; 60 + i]).collect()
+    }
+
+    #[test]
+    fn a_written_file_reads_back_frame_for_frame() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.pcap");
+        write_pcap(&path, &frames(5)).unwrap();
+        let f = PcapFrames::load(&path).unwrap();
+        assert_eq!(f.len(), 5);
+        assert_eq!(f.frame(3), &frames(5)[3][..]);
+    }
+
+    #[test]
+    fn replay_once_finishes_and_replay_looped_wraps_around() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.pcap");
+        write_pcap(&path, &frames(3)).unwrap();
+        let f = Arc::new(PcapFrames::load(&path).unwrap());
+        let pool = Pool::new(16, 2048);
+        let c = Arc::new(PcapCounters::default());
+        let mut once = PcapRx::new(f.clone(), pool, false, c.clone());
+        let mut burst = Vec::new();
+        assert_eq!(once.rx_burst(&mut burst, 32), 3);
+        assert!(once.is_finished());
+        burst.clear();
+        let mut looped = PcapRx::new(f, pool, true, c);
+        assert_eq!(looped.rx_burst(&mut burst, 7), 7);
+        assert!(!looped.is_finished());
+        assert_eq!(burst[6].data(), &frames(3)[0][..]);
+    }
+
+    #[test]
+    fn transmitted_frames_land_in_the_output_file_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.pcap");
+        let sink = Arc::new(Mutex::new(PcapSink::create(&out).unwrap()));
+        let c = Arc::new(PcapCounters::default());
+        let mut tx = PcapTx::new(Some(sink), c.clone());
+        let pool = Pool::new(8, 2048);
+        let mut burst: Vec<PoolBuf> = frames(4)
+            .iter()
+            .map(|f| pool.alloc_copy(f).unwrap())
+            .collect();
+        assert_eq!(tx.tx_burst(&mut burst), 4);
+        drop(tx);
+        let back = PcapFrames::load(&out).unwrap();
+        assert_eq!(back.len(), 4);
+        for (i, f) in frames(4).iter().enumerate() {
+            assert_eq!(back.frame(i), &f[..]);
+        }
+        assert_eq!(c.written.load(Relaxed), 4);
+    }
+
+    #[test]
+    fn a_missing_input_file_names_the_path() {
+        let e = PcapFrames::load(Path::new("/nonexistent/x.pcap")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/x.pcap"), "{e}");
+    }
+}

@@ -1,0 +1,1088 @@
+//! The built-in packet generator and verifying sink: `cakewalk run` with no config uses it.
+//!
+//! The receive half ([`SynthRx`]) builds UDP frames for N flows (IPv4 and/or IPv6, fixed size
+//! or IMIX 7:4:1 of 64/576/1500 bytes, a DSCP per flow from a weighted mix), paced to an
+//! offered rate by a token bucket refilled once per burst from the worker's burst clock, or
+//! flat out. Every payload carries a magic, the flow id, a per-flow sequence number and the
+//! send time. The transmit half ([`SynthTx`]) is the sink: it checks each flow's sequence
+//! (reordering, duplicates; loss is `sent - unique received`), counts CE marks and records
+//! one-way delay in an HDR histogram. Both halves publish their counters once per burst into a
+//! shared [`SynthStats`] (single writer, relaxed stores), never per packet.
+//!
+//! Frames are never sent anywhere by this module; the addresses inside them are from the
+//! benchmarking ranges (198.18.0.0/15, 2001:2::/48). Padding bytes after the 22-byte payload
+//! header are whatever the pool buffer held before.
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use hdrhistogram::Histogram;
+use serde::Deserialize;
+
+use super::pool::{Pool, PoolBuf};
+use super::{PortBuf, PortRx, PortTx};
+use crate::engine::clock;
+
+/// Bytes of synth header at the start of the UDP payload: magic, flow, sequence, timestamp.
+pub const PAYLOAD_HEADER_LEN: usize = 22;
+const MAGIC: [u8; 2] = *b"cw";
+const ETH_LEN: usize = 14;
+const IPV4_LEN: usize = 20;
+const IPV6_LEN: usize = 40;
+const UDP_LEN: usize = 8;
+/// The smallest IPv4 frame that holds the synth header (64 bytes).
+pub const MIN_FRAME_V4: usize = ETH_LEN + IPV4_LEN + UDP_LEN + PAYLOAD_HEADER_LEN;
+/// The smallest IPv6 frame that holds the synth header (84 bytes).
+pub const MIN_FRAME_V6: usize = ETH_LEN + IPV6_LEN + UDP_LEN + PAYLOAD_HEADER_LEN;
+const IMIX: [usize; 3] = [64, 576, 1500];
+const IMIX_WEIGHTS: [usize; 3] = [7, 4, 1];
+/// How often the sink publishes its delay histogram (ns).
+const HIST_PUBLISH_NS: u64 = 50_000_000;
+/// Largest delay the histogram records (60 s); larger values are clamped.
+const HIST_MAX_NS: u64 = 60_000_000_000;
+
+/// Why a synth setting was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SynthError {
+    /// The packet size is neither a number nor `imix`.
+    #[error("packet size '{0}' is not valid; use a frame length in bytes from 64 to 1518 or 'imix'")]
+    BadSize(String),
+    /// The DSCP mix could not be parsed.
+    #[error("dscp mix '{0}' is not valid; use 'value:weight' pairs like '0:8,46:1' (names: be, cs1..cs7, af11..af43, ef)")]
+    BadDscp(String),
+    /// The offered rate could not be parsed.
+    #[error("offered rate '{0}' is not a rate; try '500mbit', '2gbit' or 'unlimited'")]
+    BadRate(String),
+    /// The duration could not be parsed.
+    #[error("duration '{0}' is not a duration; try '10s' or '500ms'")]
+    BadDuration(String),
+    /// Zero flows.
+    #[error("flows = 0 generates nothing; use at least 1 flow")]
+    NoFlows,
+}
+
+/// Which IP version(s) the generator uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IpVersion {
+    /// IPv4 only.
+    #[default]
+    Ipv4,
+    /// IPv6 only.
+    Ipv6,
+    /// Even flows IPv4, odd flows IPv6.
+    Mixed,
+}
+
+/// Frame sizes the generator emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PacketSize {
+    /// Every frame this long (bytes, FCS excluded; raised to the minimum for the IP version).
+    Fixed(usize),
+    /// The simple IMIX: 64, 576 and 1500 bytes in the ratio 7:4:1.
+    Imix,
+}
+
+impl Default for PacketSize {
+    fn default() -> Self {
+        PacketSize::Imix
+    }
+}
+
+impl FromStr for PacketSize {
+    type Err = SynthError;
+    fn from_str(s: &str) -> Result<Self, SynthError> {
+        let t = s.trim().to_ascii_lowercase();
+        if t == "imix" {
+            return Ok(PacketSize::Imix);
+        }
+        match t.trim_end_matches('b').parse::<usize>() {
+            Ok(n) if (60..=9216).contains(&n) => Ok(PacketSize::Fixed(n)),
+            _ => Err(SynthError::BadSize(s.to_string())),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PacketSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            N(u64),
+            S(String),
+        }
+        let s = match Repr::deserialize(d)? {
+            Repr::N(n) => n.to_string(),
+            Repr::S(s) => s,
+        };
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The `[ports.synth]` table: what the built-in generator sends.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SynthConfig {
+    /// Number of flows (distinct UDP 5-tuples).
+    pub flows: u32,
+    /// IP version(s).
+    pub ip: IpVersion,
+    /// Frame size: a number of bytes or "imix".
+    pub size: PacketSize,
+    /// DSCP mix as "value:weight" pairs; each flow gets one DSCP, spread by weight.
+    pub dscp: String,
+    /// Mark packets ECN-capable (ECT(0)) so the AQM marks instead of dropping.
+    pub ecn: bool,
+    /// Offered rate per generator ("500mbit"), or "unlimited" for flat out.
+    pub rate: String,
+    /// Stop after this many packets per generating port (0 = no limit).
+    pub packets: u64,
+    /// Stop generating after this long ("10s"; empty = no limit of its own).
+    pub duration: String,
+    /// Seed for flow DSCP assignment and the IMIX order.
+    pub seed: u64,
+    /// Generate on port B too (towards A), not only on port A.
+    pub both_directions: bool,
+}
+
+impl Default for SynthConfig {
+    fn default() -> Self {
+        SynthConfig {
+            flows: 64,
+            ip: IpVersion::Ipv4,
+            size: PacketSize::Imix,
+            dscp: "0".into(),
+            ecn: false,
+            rate: "unlimited".into(),
+            packets: 0,
+            duration: String::new(),
+            seed: 1,
+            both_directions: false,
+        }
+    }
+}
+
+/// Parses a tc-style rate ("500mbit", "2gbit", "1000000", "unlimited") into bits per second;
+/// 0 means unlimited.
+pub fn parse_rate_bps(s: &str) -> Result<u64, SynthError> {
+    let t = s.trim().to_ascii_lowercase();
+    if t.is_empty() || t == "unlimited" || t == "0" {
+        return Ok(0);
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| SynthError::BadRate(s.into()))?;
+    let scale = match unit {
+        "" | "bit" | "bps" => 1.0,
+        "kbit" | "k" => 1e3,
+        "mbit" | "m" => 1e6,
+        "gbit" | "g" => 1e9,
+        "tbit" | "t" => 1e12,
+        "kibit" => 1024.0,
+        "mibit" => 1024.0 * 1024.0,
+        "gibit" => 1024.0 * 1024.0 * 1024.0,
+        "bytes" | "b" => 8.0,
+        "kbyte" | "kb" => 8e3,
+        "mbyte" | "mb" => 8e6,
+        "gbyte" | "gb" => 8e9,
+        _ => return Err(SynthError::BadRate(s.into())),
+    };
+    let bps = value * scale;
+    if !bps.is_finite() || bps < 1.0 {
+        return Err(SynthError::BadRate(s.into()));
+    }
+    Ok(bps as u64)
+}
+
+/// Parses a duration ("10s", "500ms", "2m", "100us", a bare number of seconds) into ns;
+/// empty means none.
+pub fn parse_duration_ns(s: &str) -> Result<Option<u64>, SynthError> {
+    let t = s.trim().to_ascii_lowercase();
+    if t.is_empty() {
+        return Ok(None);
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| SynthError::BadDuration(s.into()))?;
+    let scale = match unit {
+        "" | "s" | "sec" => 1e9,
+        "ms" => 1e6,
+        "us" => 1e3,
+        "ns" => 1.0,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        _ => return Err(SynthError::BadDuration(s.into())),
+    };
+    let ns = value * scale;
+    if !ns.is_finite() || ns < 0.0 {
+        return Err(SynthError::BadDuration(s.into()));
+    }
+    Ok(Some(ns as u64))
+}
+
+/// Parses a DSCP mix ("0:8,46:1", "ef", "cs1:1,be:4") into (dscp, weight) pairs.
+pub fn parse_dscp_mix(s: &str) -> Result<Vec<(u8, u32)>, SynthError> {
+    let bad = || SynthError::BadDscp(s.to_string());
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (v, w) = match part.split_once(':') {
+            Some((v, w)) => (v.trim(), w.trim().parse::<u32>().map_err(|_| bad())?),
+            None => (part, 1),
+        };
+        let dscp = dscp_by_name(v).ok_or_else(bad)?;
+        if w > 0 {
+            out.push((dscp, w));
+        }
+    }
+    if out.is_empty() {
+        return Err(bad());
+    }
+    Ok(out)
+}
+
+fn dscp_by_name(v: &str) -> Option<u8> {
+    let v = v.to_ascii_lowercase();
+    if let Ok(n) = v.parse::<u8>() {
+        return (n < 64).then_some(n);
+    }
+    let named = match v.as_str() {
+        "be" | "cs0" | "df" => 0,
+        "le" => 1,
+        "ef" => 46,
+        "va" => 44,
+        _ => {
+            if let Some(c) = v.strip_prefix("cs") {
+                let n: u8 = c.parse().ok()?;
+                return (n <= 7).then_some(n * 8);
+            }
+            let a = v.strip_prefix("af")?.as_bytes();
+            if a.len() != 2 {
+                return None;
+            }
+            let (class, prec) = (a[0].wrapping_sub(b'0'), a[1].wrapping_sub(b'0'));
+            if !(1..=4).contains(&class) || !(1..=3).contains(&prec) {
+                return None;
+            }
+            return Some(class * 8 + prec * 2);
+        }
+    };
+    Some(named)
+}
+
+/// A small deterministic generator (splitmix64) for the seedable choices.
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// The generator settings after parsing, shared by the queues of one port.
+#[derive(Debug, Clone)]
+pub struct SynthPlan {
+    flows: u32,
+    ip: IpVersion,
+    sizes: Vec<usize>,
+    dscp_of_flow: Vec<u8>,
+    ecn: bool,
+    rate_bps: u64,
+    packets: u64,
+    duration_ns: Option<u64>,
+    /// Port index folded into addresses so A->B and B->A flows differ.
+    port: u8,
+}
+
+impl SynthPlan {
+    /// Validates `cfg` for the generator on port `port` (0 = A, 1 = B).
+    pub fn new(cfg: &SynthConfig, port: u8) -> Result<SynthPlan, SynthError> {
+        if cfg.flows == 0 {
+            return Err(SynthError::NoFlows);
+        }
+        let mix = parse_dscp_mix(&cfg.dscp)?;
+        let rate_bps = parse_rate_bps(&cfg.rate)?;
+        let duration_ns = parse_duration_ns(&cfg.duration)?;
+        let mut rng = SplitMix(cfg.seed ^ u64::from(port).wrapping_mul(0x1234_5678_9abc));
+        let sizes = match cfg.size {
+            PacketSize::Fixed(n) => vec![n],
+            PacketSize::Imix => {
+                let mut v = Vec::new();
+                for (s, w) in IMIX.iter().zip(IMIX_WEIGHTS) {
+                    v.extend(std::iter::repeat(*s).take(w));
+                }
+                // Fisher-Yates with the seed, so large frames are spread out.
+                for i in (1..v.len()).rev() {
+                    let j = (rng.next() % (i as u64 + 1)) as usize;
+                    v.swap(i, j);
+                }
+                v
+            }
+        };
+        let total: u64 = mix.iter().map(|&(_, w)| u64::from(w)).sum();
+        let dscp_of_flow = (0..cfg.flows)
+            .map(|f| {
+                // Spread flows over the mix by weight, deterministic in the flow index, so any
+                // `total` consecutive flows follow the weights exactly.
+                let slot = u64::from(f) % total;
+                let mut acc = 0u64;
+                for &(d, w) in &mix {
+                    acc += u64::from(w);
+                    if slot < acc {
+                        return d;
+                    }
+                }
+                mix[0].0
+            })
+            .collect();
+        Ok(SynthPlan {
+            flows: cfg.flows,
+            ip: cfg.ip,
+            sizes,
+            dscp_of_flow,
+            ecn: cfg.ecn,
+            rate_bps,
+            packets: cfg.packets,
+            duration_ns,
+            port,
+        })
+    }
+
+    /// Flows in the plan.
+    pub fn flows(&self) -> u32 {
+        self.flows
+    }
+
+    /// Offered rate in bit/s, 0 = flat out.
+    pub fn rate_bps(&self) -> u64 {
+        self.rate_bps
+    }
+
+    fn is_v6(&self, flow: u32) -> bool {
+        match self.ip {
+            IpVersion::Ipv4 => false,
+            IpVersion::Ipv6 => true,
+            IpVersion::Mixed => flow % 2 == 1,
+        }
+    }
+
+    /// Builds the Ethernet + IP + UDP header template of `flow`; returns its length.
+    fn template(&self, flow: u32, out: &mut [u8; 64]) -> usize {
+        let dst_mac = [0x02, 0, 0, 0, self.port ^ 1, 0x02];
+        let src_mac = [0x02, 0, 0, 0, self.port, 0x01];
+        out[0..6].copy_from_slice(&dst_mac);
+        out[6..12].copy_from_slice(&src_mac);
+        let tos = (self.dscp_of_flow[flow as usize] << 2) | u8::from(self.ecn) * 2;
+        let host = flow.to_be_bytes();
+        let sport = 1024 + (flow % 60000) as u16;
+        let dport = 5001 + (flow / 60000) as u16;
+        let l4 = if self.is_v6(flow) {
+            out[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+            let ip = &mut out[ETH_LEN..ETH_LEN + IPV6_LEN];
+            ip[0] = 0x60 | (tos >> 4);
+            ip[1] = tos << 4;
+            ip[2] = 0;
+            ip[3] = 0;
+            ip[4] = 0; // payload length, per packet
+            ip[5] = 0;
+            ip[6] = 17;
+            ip[7] = 64;
+            let src = [
+                0x20, 0x01, 0, 2, 0, self.port, 0, 0, 0, 0, 0, 0, host[0], host[1], host[2],
+                host[3],
+            ];
+            let mut dst = src;
+            dst[5] = self.port ^ 1;
+            dst[7] = 1;
+            ip[8..24].copy_from_slice(&src);
+            ip[24..40].copy_from_slice(&dst);
+            ETH_LEN + IPV6_LEN
+        } else {
+            out[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            let ip = &mut out[ETH_LEN..ETH_LEN + IPV4_LEN];
+            ip[0] = 0x45;
+            ip[1] = tos;
+            ip[2] = 0; // total length, per packet
+            ip[3] = 0;
+            ip[4] = 0;
+            ip[5] = 0;
+            ip[6] = 0x40; // DF
+            ip[7] = 0;
+            ip[8] = 64;
+            ip[9] = 17;
+            ip[10] = 0; // checksum, per packet
+            ip[11] = 0;
+            // 198.18.0.0/15: A's hosts in 198.18/16, B's in 198.19/16.
+            ip[12..16].copy_from_slice(&[198, 18 + self.port, host[2], host[3]]);
+            ip[16..20].copy_from_slice(&[198, 19 - self.port.min(1), host[2], host[3] ^ 0x80]);
+            ETH_LEN + IPV4_LEN
+        };
+        out[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
+        out[l4 + 2..l4 + 4].copy_from_slice(&dport.to_be_bytes());
+        out[l4 + 4..l4 + 8].fill(0);
+        l4 + UDP_LEN
+    }
+}
+
+/// One flow's prebuilt header and state.
+#[derive(Clone)]
+struct GenFlow {
+    id: u32,
+    header: [u8; 64],
+    header_len: usize,
+    v6: bool,
+    /// One's-complement sum of the IPv4 header with length and checksum zero.
+    ipv4_partial: u32,
+    seq: u64,
+}
+
+/// Counters of one generator queue, published once per burst.
+#[derive(Debug, Default)]
+pub struct GenCounters {
+    /// Frames generated.
+    pub packets: AtomicU64,
+    /// Bytes generated.
+    pub bytes: AtomicU64,
+    /// Bursts cut short because the pool was empty.
+    pub pool_empty: AtomicU64,
+    /// Set once the generator reached its packet or time limit.
+    pub finished: AtomicBool,
+}
+
+/// Counters of one sink queue, published once per burst.
+#[derive(Debug, Default)]
+pub struct SinkCounters {
+    /// Synth frames received.
+    pub packets: AtomicU64,
+    /// Bytes received (synth frames).
+    pub bytes: AtomicU64,
+    /// Frames that were not synth frames (or of unknown flows).
+    pub foreign: AtomicU64,
+    /// Frames that arrived after a later frame of the same flow.
+    pub reordered: AtomicU64,
+    /// Frames seen twice.
+    pub duplicates: AtomicU64,
+    /// Frames carrying ECN CE.
+    pub ce_marked: AtomicU64,
+}
+
+/// Shared view of one synth port's generator and sink counters and delay histograms.
+#[derive(Debug)]
+pub struct SynthStats {
+    /// One entry per generator queue.
+    pub generators: Mutex<Vec<Arc<GenCounters>>>,
+    /// One entry per sink queue.
+    pub sinks: Mutex<Vec<Arc<SinkCounters>>>,
+    /// One-way delay (ns) since the start.
+    pub delay_total: Mutex<Histogram<u64>>,
+    /// One-way delay (ns) since the stats reader last took it.
+    pub delay_interval: Mutex<Histogram<u64>>,
+}
+
+impl Default for SynthStats {
+    fn default() -> Self {
+        SynthStats {
+            generators: Mutex::new(Vec::new()),
+            sinks: Mutex::new(Vec::new()),
+            delay_total: Mutex::new(new_delay_histogram()),
+            delay_interval: Mutex::new(new_delay_histogram()),
+        }
+    }
+}
+
+/// A delay histogram from 1 ns to 60 s with 3 significant digits.
+pub fn new_delay_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_NS, 3).expect("static histogram bounds are valid")
+}
+
+/// Totals of a synth port, summed over its queues.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SynthTotals {
+    /// Frames generated.
+    pub sent_packets: u64,
+    /// Bytes generated.
+    pub sent_bytes: u64,
+    /// Synth frames received by the sink.
+    pub received_packets: u64,
+    /// Bytes received by the sink.
+    pub received_bytes: u64,
+    /// Frames that arrived late (after a later frame of the same flow).
+    pub reordered: u64,
+    /// Frames received twice.
+    pub duplicates: u64,
+    /// Non-synth frames received.
+    pub foreign: u64,
+    /// CE-marked frames received.
+    pub ce_marked: u64,
+    /// Times the generator found its pool empty.
+    pub pool_empty: u64,
+}
+
+impl SynthStats {
+    /// Sums the counters of every queue.
+    pub fn totals(&self) -> SynthTotals {
+        let mut t = SynthTotals::default();
+        for g in lock(&self.generators).iter() {
+            t.sent_packets += g.packets.load(Relaxed);
+            t.sent_bytes += g.bytes.load(Relaxed);
+            t.pool_empty += g.pool_empty.load(Relaxed);
+        }
+        for s in lock(&self.sinks).iter() {
+            t.received_packets += s.packets.load(Relaxed);
+            t.received_bytes += s.bytes.load(Relaxed);
+            t.reordered += s.reordered.load(Relaxed);
+            t.duplicates += s.duplicates.load(Relaxed);
+            t.foreign += s.foreign.load(Relaxed);
+            t.ce_marked += s.ce_marked.load(Relaxed);
+        }
+        t
+    }
+
+    /// True when this port has generators and all of them reached their limits.
+    pub fn generators_finished(&self) -> bool {
+        let g = lock(&self.generators);
+        !g.is_empty() && g.iter().all(|c| c.finished.load(Relaxed))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The generator: one receive queue of a synth port.
+pub struct SynthRx {
+    plan: SynthPlan,
+    pool: Pool,
+    flows: Vec<GenFlow>,
+    next_flow: usize,
+    next_size: usize,
+    /// Bytes per second, 0 = flat out.
+    rate_bytes_per_s: u64,
+    start_ns: u64,
+    /// Bytes the bucket has credited since `start_ns` and that were spent or forfeited.
+    spent_bytes: u128,
+    sent_packets: u64,
+    sent_bytes: u64,
+    pool_empty: u64,
+    packet_limit: u64,
+    finished: bool,
+    counters: Arc<GenCounters>,
+}
+
+impl SynthRx {
+    /// The generator for queue `queue` of `queues` on a port; flows are split between queues
+    /// and so are the offered rate and the packet limit.
+    pub fn new(
+        plan: &SynthPlan,
+        pool: Pool,
+        queue: usize,
+        queues: usize,
+        stats: &SynthStats,
+    ) -> SynthRx {
+        let queues = queues.max(1);
+        let flows: Vec<GenFlow> = (0..plan.flows)
+            .filter(|f| *f as usize % queues == queue)
+            .map(|id| {
+                let mut header = [0u8; 64];
+                let header_len = plan.template(id, &mut header);
+                let v6 = plan.is_v6(id);
+                let ipv4_partial = if v6 {
+                    0
+                } else {
+                    ones_sum(&header[ETH_LEN..ETH_LEN + IPV4_LEN])
+                };
+                GenFlow {
+                    id,
+                    header,
+                    header_len,
+                    v6,
+                    ipv4_partial,
+                    seq: 0,
+                }
+            })
+            .collect();
+        let counters = Arc::new(GenCounters::default());
+        lock(&stats.generators).push(counters.clone());
+        let share = |x: u64| x / queues as u64 + u64::from((queue as u64) < x % queues as u64);
+        SynthRx {
+            rate_bytes_per_s: share(plan.rate_bps) / 8,
+            packet_limit: if plan.packets == 0 {
+                u64::MAX
+            } else {
+                share(plan.packets)
+            },
+            plan: plan.clone(),
+            pool,
+            finished: flows.is_empty(),
+            flows,
+            next_flow: 0,
+            next_size: 0,
+            start_ns: 0,
+            spent_bytes: 0,
+            sent_packets: 0,
+            sent_bytes: 0,
+            pool_empty: 0,
+            counters,
+        }
+    }
+
+    #[inline]
+    fn next_frame_len(&mut self, v6: bool) -> usize {
+        let len = self.plan.sizes[self.next_size];
+        self.next_size += 1;
+        if self.next_size == self.plan.sizes.len() {
+            self.next_size = 0;
+        }
+        let min = if v6 { MIN_FRAME_V6 } else { MIN_FRAME_V4 };
+        len.max(min).min(self.pool.buf_size())
+    }
+
+    /// Writes the next frame of the next flow into `buf`; returns its length.
+    #[inline]
+    fn build(&mut self, buf: &mut PoolBuf, now_ns: u64) -> usize {
+        let fi = self.next_flow;
+        self.next_flow += 1;
+        if self.next_flow == self.flows.len() {
+            self.next_flow = 0;
+        }
+        let v6 = self.flows[fi].v6;
+        let len = self.next_frame_len(v6);
+        let flow = &mut self.flows[fi];
+        let frame = buf.set_len(len);
+        let h = flow.header_len;
+        frame[..h].copy_from_slice(&flow.header[..h]);
+        let udp_len = (len - h + UDP_LEN) as u16;
+        if v6 {
+            frame[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
+        } else {
+            let total = (len - ETH_LEN) as u16;
+            frame[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
+            let csum = fold(flow.ipv4_partial + u32::from(total));
+            frame[ETH_LEN + 10..ETH_LEN + 12].copy_from_slice(&(!csum).to_be_bytes());
+        }
+        frame[h - 4..h - 2].copy_from_slice(&udp_len.to_be_bytes());
+        let p = &mut frame[h..h + PAYLOAD_HEADER_LEN];
+        p[0..2].copy_from_slice(&MAGIC);
+        p[2..6].copy_from_slice(&flow.id.to_be_bytes());
+        p[6..14].copy_from_slice(&flow.seq.to_be_bytes());
+        p[14..22].copy_from_slice(&now_ns.to_be_bytes());
+        flow.seq += 1;
+        len
+    }
+
+    fn publish(&self) {
+        self.counters.packets.store(self.sent_packets, Relaxed);
+        self.counters.bytes.store(self.sent_bytes, Relaxed);
+        self.counters.pool_empty.store(self.pool_empty, Relaxed);
+        if self.finished {
+            self.counters.finished.store(true, Relaxed);
+        }
+    }
+}
+
+impl PortRx for SynthRx {
+    type Buf = PoolBuf;
+
+    fn rx_burst(&mut self, burst: &mut Vec<PoolBuf>, max: usize) -> usize {
+        if self.finished {
+            return 0;
+        }
+        let now = clock::recent_ns();
+        if self.start_ns == 0 {
+            self.start_ns = now;
+        }
+        let elapsed = now - self.start_ns;
+        if self.plan.duration_ns.is_some_and(|d| elapsed >= d) {
+            self.finished = true;
+            self.publish();
+            return 0;
+        }
+        // Token bucket: credit = rate * elapsed - spent, capped at a burst of big frames so
+        // a stall does not turn into a flood afterwards.
+        let mut credit = u64::MAX;
+        if self.rate_bytes_per_s != 0 {
+            let earned = u128::from(elapsed) * u128::from(self.rate_bytes_per_s) / 1_000_000_000;
+            let depth = (max as u128 * 1518).max(u128::from(self.rate_bytes_per_s) / 10_000);
+            if earned > self.spent_bytes + depth {
+                self.spent_bytes = earned - depth;
+            }
+            credit = (earned.saturating_sub(self.spent_bytes)).min(u128::from(u64::MAX)) as u64;
+        }
+        let mut n = 0;
+        while n < max && self.sent_packets < self.packet_limit {
+            let Some(mut buf) = self.pool.alloc() else {
+                self.pool_empty += 1;
+                break;
+            };
+            // Peek the next length without consuming it when the bucket is short.
+            let v6 = self.flows[self.next_flow].v6;
+            let min = if v6 { MIN_FRAME_V6 } else { MIN_FRAME_V4 };
+            let want = self.plan.sizes[self.next_size]
+                .max(min)
+                .min(self.pool.buf_size()) as u64;
+            if want > credit {
+                break;
+            }
+            let len = self.build(&mut buf, now) as u64;
+            credit -= len;
+            if self.rate_bytes_per_s != 0 {
+                self.spent_bytes += u128::from(len);
+            }
+            self.sent_packets += 1;
+            self.sent_bytes += len;
+            burst.push(buf);
+            n += 1;
+        }
+        if self.sent_packets >= self.packet_limit {
+            self.finished = true;
+        }
+        self.publish();
+        n
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished
+    }
+}
+
+/// The sink's record of one flow.
+#[derive(Debug, Clone, Copy, Default)]
+struct SinkFlow {
+    /// One past the highest sequence seen.
+    next: u64,
+    /// Bit i set: sequence `next - 1 - i` was seen.
+    window: u64,
+}
+
+/// The verifying sink: one transmit queue of a synth port.
+pub struct SynthTx {
+    flows: Vec<SinkFlow>,
+    packets: u64,
+    bytes: u64,
+    foreign: u64,
+    reordered: u64,
+    duplicates: u64,
+    ce_marked: u64,
+    hist: Histogram<u64>,
+    last_publish_ns: u64,
+    counters: Arc<SinkCounters>,
+    stats: Arc<SynthStats>,
+}
+
+impl SynthTx {
+    /// A sink that knows flows `0..flows`.
+    pub fn new(flows: u32, stats: Arc<SynthStats>) -> SynthTx {
+        let counters = Arc::new(SinkCounters::default());
+        lock(&stats.sinks).push(counters.clone());
+        SynthTx {
+            flows: vec![SinkFlow::default(); flows as usize],
+            packets: 0,
+            bytes: 0,
+            foreign: 0,
+            reordered: 0,
+            duplicates: 0,
+            ce_marked: 0,
+            hist: new_delay_histogram(),
+            last_publish_ns: 0,
+            counters,
+            stats,
+        }
+    }
+
+    /// Checks one frame.
+    #[inline]
+    fn verify(&mut self, frame: &[u8], now_ns: u64) {
+        let Some((payload, ecn)) = synth_payload(frame) else {
+            self.foreign += 1;
+            return;
+        };
+        let flow = u32::from_be_bytes([payload[2], payload[3], payload[4], payload[5]]);
+        let Some(f) = self.flows.get_mut(flow as usize) else {
+            self.foreign += 1;
+            return;
+        };
+        let seq = u64::from_be_bytes(payload[6..14].try_into().unwrap_or([0; 8]));
+        let sent = u64::from_be_bytes(payload[14..22].try_into().unwrap_or([0; 8]));
+        if seq >= f.next {
+            let shift = seq - f.next + 1;
+            f.window = if shift >= 64 { 0 } else { f.window << shift };
+            f.window |= 1;
+            f.next = seq + 1;
+        } else {
+            let back = f.next - 1 - seq;
+            if back < 64 {
+                let bit = 1u64 << back;
+                if f.window & bit != 0 {
+                    self.duplicates += 1;
+                    return;
+                }
+                f.window |= bit;
+            }
+            self.reordered += 1;
+        }
+        self.packets += 1;
+        self.bytes += frame.len() as u64;
+        if ecn == 3 {
+            self.ce_marked += 1;
+        }
+        let delay = now_ns.saturating_sub(sent).clamp(1, HIST_MAX_NS);
+        // Cannot fail: the value is clamped into the histogram's range.
+        let _ = self.hist.record(delay);
+    }
+
+    fn publish(&mut self, now_ns: u64, force: bool) {
+        let c = &self.counters;
+        c.packets.store(self.packets, Relaxed);
+        c.bytes.store(self.bytes, Relaxed);
+        c.foreign.store(self.foreign, Relaxed);
+        c.reordered.store(self.reordered, Relaxed);
+        c.duplicates.store(self.duplicates, Relaxed);
+        c.ce_marked.store(self.ce_marked, Relaxed);
+        if (force || now_ns.saturating_sub(self.last_publish_ns) >= HIST_PUBLISH_NS)
+            && !self.hist.is_empty()
+        {
+            self.last_publish_ns = now_ns;
+            // Same bounds on both sides, so adding cannot fail.
+            let _ = lock(&self.stats.delay_total).add(&self.hist);
+            let _ = lock(&self.stats.delay_interval).add(&self.hist);
+            self.hist.reset();
+        }
+    }
+}
+
+impl PortTx for SynthTx {
+    type Buf = PoolBuf;
+
+    fn tx_burst(&mut self, burst: &mut Vec<PoolBuf>) -> usize {
+        let now = clock::recent_ns();
+        let n = burst.len();
+        for b in burst.iter() {
+            self.verify(b.data(), now);
+        }
+        burst.clear();
+        self.publish(now, false);
+        n
+    }
+
+    fn flush(&mut self) {
+        self.publish(clock::recent_ns(), true);
+    }
+}
+
+impl Drop for SynthTx {
+    fn drop(&mut self) {
+        self.publish(clock::recent_ns(), true);
+    }
+}
+
+/// Finds the synth payload header of `frame` and the IP ECN bits, or `None` for any other
+/// frame. Never panics on short or odd frames.
+pub fn synth_payload(frame: &[u8]) -> Option<(&[u8], u8)> {
+    let mut l3 = ETH_LEN;
+    let mut ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    while ethertype == 0x8100 || ethertype == 0x88a8 {
+        ethertype = u16::from_be_bytes([*frame.get(l3 + 2)?, *frame.get(l3 + 3)?]);
+        l3 += 4;
+    }
+    let (l4, ecn) = match ethertype {
+        0x0800 => {
+            let vihl = *frame.get(l3)?;
+            if vihl >> 4 != 4 || *frame.get(l3 + 9)? != 17 {
+                return None;
+            }
+            (l3 + usize::from(vihl & 0x0f) * 4, frame.get(l3 + 1)? & 3)
+        }
+        0x86dd => {
+            if *frame.get(l3 + 6)? != 17 {
+                return None;
+            }
+            (l3 + IPV6_LEN, (frame.get(l3 + 1)? >> 4) & 3)
+        }
+        _ => return None,
+    };
+    let p = frame.get(l4 + UDP_LEN..l4 + UDP_LEN + PAYLOAD_HEADER_LEN)?;
+    (p[0..2] == MAGIC).then_some((p, ecn))
+}
+
+fn ones_sum(bytes: &[u8]) -> u32 {
+    bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum()
+}
+
+fn fold(mut s: u32) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// Reads flow id and sequence number from a synth frame (for tests and tools).
+pub fn flow_and_seq(frame: &[u8]) -> Option<(u32, u64)> {
+    let (p, _) = synth_payload(frame)?;
+    let flow = u32::from_be_bytes(p[2..6].try_into().ok()?);
+    let seq = u64::from_be_bytes(p[6..14].try_into().ok()?);
+    Some((flow, seq))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(cfg: &SynthConfig) -> SynthPlan {
+        SynthPlan::new(cfg, 0).unwrap()
+    }
+
+    #[test]
+    fn sizes_dscp_rates_and_durations_parse_like_tc() {
+        assert_eq!("imix".parse::<PacketSize>().unwrap(), PacketSize::Imix);
+        assert_eq!("64".parse::<PacketSize>().unwrap(), PacketSize::Fixed(64));
+        assert!("huge".parse::<PacketSize>().is_err());
+        assert_eq!(parse_dscp_mix("0:8,ef:1").unwrap(), vec![(0, 8), (46, 1)]);
+        assert_eq!(parse_dscp_mix("af41,cs1").unwrap(), vec![(34, 1), (8, 1)]);
+        assert!(parse_dscp_mix("99").is_err());
+        assert_eq!(parse_rate_bps("500mbit").unwrap(), 500_000_000);
+        assert_eq!(parse_rate_bps("unlimited").unwrap(), 0);
+        let e = parse_rate_bps("2gbps").unwrap_err().to_string();
+        assert!(e.contains("'2gbps'") && e.contains("try"), "{e}");
+        assert_eq!(parse_duration_ns("500ms").unwrap(), Some(500_000_000));
+        assert_eq!(parse_duration_ns("").unwrap(), None);
+    }
+
+    #[test]
+    fn synth_table_parses_from_toml() {
+        let c: SynthConfig =
+            toml::from_str("flows = 8\nsize = 1500\nip = \"ipv6\"\nrate = \"10mbit\"").unwrap();
+        assert_eq!(c.flows, 8);
+        assert_eq!(c.size, PacketSize::Fixed(1500));
+        assert_eq!(c.ip, IpVersion::Ipv6);
+        let c: SynthConfig = toml::from_str("size = \"imix\"").unwrap();
+        assert_eq!(c.size, PacketSize::Imix);
+        assert!(toml::from_str::<SynthConfig>("flow = 8").is_err());
+    }
+
+    #[test]
+    fn generated_frames_carry_flow_sequence_and_valid_ipv4_checksums() {
+        let cfg = SynthConfig {
+            flows: 3,
+            size: PacketSize::Fixed(64),
+            packets: 9,
+            ..SynthConfig::default()
+        };
+        let stats = Arc::new(SynthStats::default());
+        let mut rx = SynthRx::new(&plan(&cfg), Pool::new(32, 2048), 0, 1, &stats);
+        let mut burst = Vec::with_capacity(32);
+        assert_eq!(rx.rx_burst(&mut burst, 32), 9);
+        assert!(rx.is_finished());
+        for (i, b) in burst.iter().enumerate() {
+            let f = b.data();
+            assert_eq!(f.len(), 64);
+            assert_eq!(flow_and_seq(f), Some((i as u32 % 3, i as u64 / 3)));
+            assert_eq!(fold(ones_sum(&f[14..34])), 0xffff, "ipv4 checksum");
+            assert_eq!(u16::from_be_bytes([f[16], f[17]]), 50);
+            assert_eq!(u16::from_be_bytes([f[38], f[39]]), 30);
+        }
+        assert_eq!(stats.totals().sent_packets, 9);
+    }
+
+    #[test]
+    fn imix_follows_seven_four_one_and_ipv6_frames_are_long_enough() {
+        let cfg = SynthConfig {
+            flows: 4,
+            ip: IpVersion::Mixed,
+            packets: 1200,
+            ..SynthConfig::default()
+        };
+        let stats = Arc::new(SynthStats::default());
+        let mut rx = SynthRx::new(&plan(&cfg), Pool::new(2048, 2048), 0, 1, &stats);
+        let mut burst = Vec::with_capacity(2048);
+        while rx.rx_burst(&mut burst, 64) > 0 {}
+        assert_eq!(burst.len(), 1200);
+        let count = |n: usize| burst.iter().filter(|b| b.data().len() == n).count();
+        let small = count(64) + count(MIN_FRAME_V6);
+        assert_eq!((small, count(576), count(1500)), (700, 400, 100));
+        assert!(burst
+            .iter()
+            .all(|b| flow_and_seq(b.data()).is_some() && b.data().len() >= 64));
+    }
+
+    #[test]
+    fn the_sink_counts_reordering_and_duplicates_and_loss_is_sent_minus_received() {
+        let cfg = SynthConfig {
+            flows: 1,
+            size: PacketSize::Fixed(100),
+            packets: 5,
+            ..SynthConfig::default()
+        };
+        let stats = Arc::new(SynthStats::default());
+        let mut rx = SynthRx::new(&plan(&cfg), Pool::new(16, 2048), 0, 1, &stats);
+        let mut tx = SynthTx::new(1, stats.clone());
+        let mut burst = Vec::new();
+        rx.rx_burst(&mut burst, 32);
+        let frames: Vec<Vec<u8>> = burst.iter().map(|b| b.data().to_vec()).collect();
+        drop(burst);
+        // Deliver 0, 2, 1, 1 (dup); 3 and 4 are lost.
+        let pool = Pool::new(8, 2048);
+        let mut out: Vec<PoolBuf> = [0, 2, 1, 1]
+            .iter()
+            .map(|&i| pool.alloc_copy(&frames[i]).unwrap())
+            .collect();
+        assert_eq!(tx.tx_burst(&mut out), 4);
+        assert!(out.is_empty());
+        tx.flush();
+        let t = stats.totals();
+        assert_eq!(t.sent_packets, 5);
+        assert_eq!(t.received_packets, 3);
+        assert_eq!(t.reordered, 1);
+        assert_eq!(t.duplicates, 1);
+        assert_eq!(t.sent_packets - t.received_packets, 2);
+        assert_eq!(lock(&stats.delay_total).len(), 3);
+    }
+
+    #[test]
+    fn pacing_never_sends_more_than_the_bucket_allows() {
+        let cfg = SynthConfig {
+            flows: 2,
+            size: PacketSize::Fixed(1000),
+            rate: "8mbit".into(), // 1 MB/s = 1000 frames/s
+            ..SynthConfig::default()
+        };
+        let stats = Arc::new(SynthStats::default());
+        let mut rx = SynthRx::new(&plan(&cfg), Pool::new(4096, 2048), 0, 1, &stats);
+        let mut burst = Vec::new();
+        let t0 = clock::now_ns();
+        rx.rx_burst(&mut burst, 32);
+        let first = burst.len();
+        burst.clear();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let t1 = clock::now_ns();
+        rx.rx_burst(&mut burst, 32);
+        // Credit after the first burst is at most one bucket (32 frames) plus what the
+        // elapsed time earned.
+        let earned = (t1 - t0) / 1_000_000 + 1;
+        assert!(first <= 1, "first burst {first}");
+        assert!(burst.len() as u64 <= earned.min(32), "{} > {earned}", burst.len());
+    }
+
+    #[test]
+    fn foreign_frames_are_counted_not_verified() {
+        let stats = Arc::new(SynthStats::default());
+        let mut tx = SynthTx::new(4, stats.clone());
+        let pool = Pool::new(4, 2048);
+        let mut out = vec![pool.alloc_copy(&[0u8; 60]).unwrap(), pool.alloc_copy(&[1]).unwrap()];
+        tx.tx_burst(&mut out);
+        tx.flush();
+        assert_eq!(stats.totals().foreign, 2);
+        assert_eq!(stats.totals().received_packets, 0);
+    }
+}

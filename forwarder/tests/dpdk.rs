@@ -1,0 +1,392 @@
+//! DPDK port backend against real DPDK virtual devices (feature `dpdk`; `#[ignore]`, run as
+//! root by `scripts/test dpdk`). DPDK's EAL starts once per process, so every scenario runs
+//! in a child process: the test re-runs this test binary with `CW_DPDK_SCENARIO` set, and the
+//! child runs only that scenario's body. Children are killed after a deadline, so a stuck
+//! EAL fails the test instead of hanging it.
+//!
+//! Memory: hugepages (with `--in-memory`) when `hugepage-setup` reserved some, else
+//! `--no-huge --no-shconf`; either way children never contend for DPDK's runtime lock.
+#![cfg(feature = "dpdk")]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use forwarder::port::dpdk::{Eal, EthDev, EthDevConfig, Mbuf, Mempool, PortError};
+use forwarder::port::{PortBuf, PortRx, PortTx};
+use qdisc::Packet;
+
+const SCENARIO_ENV: &str = "CW_DPDK_SCENARIO";
+const CHILD_DEADLINE: Duration = Duration::from_secs(120);
+const OK_LINE: &str = "cakewalk-dpdk-scenario-ok";
+
+fn is_root() -> bool {
+    // SAFETY-free: geteuid through std is not available; read /proc instead.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn free_hugepages() -> u64 {
+    std::fs::read_dir("/sys/kernel/mm/hugepages")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path().join("free_hugepages")).ok())
+                .filter_map(|s| s.trim().parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// EAL arguments for a scenario with these vdevs.
+fn eal_args(vdevs: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = ["-l", "0", "--log-level=lib.eal:error"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    // 2 MiB pages: 200 are enough for the small pools used here. `--in-memory` (no runtime
+    // files) needs hugepages; without them `--no-shconf` keeps children apart instead.
+    if free_hugepages() >= 200 {
+        args.push("--in-memory".into());
+    } else {
+        args.extend(["--no-huge", "--no-shconf", "-m", "512"].map(String::from));
+    }
+    args.extend(vdevs.iter().map(|v| format!("--vdev={v}")));
+    args
+}
+
+/// Runs `body` in a child process (the parent side) or runs it (the child side).
+fn scenario(name: &str, body: fn()) {
+    if std::env::var(SCENARIO_ENV).as_deref() == Ok(name) {
+        body();
+        println!("{OK_LINE}");
+        return;
+    }
+    if !is_root() {
+        eprintln!("SKIP {name}: DPDK scenarios need root");
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let mut child = Command::new(exe)
+        .args([name, "--exact", "--include-ignored", "--nocapture", "--test-threads=1"])
+        .env(SCENARIO_ENV, name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("re-running the test binary");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("waiting for the child").is_some() {
+            break;
+        }
+        if start.elapsed() > CHILD_DEADLINE {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collecting the killed child");
+            panic!(
+                "scenario {name} hung for {CHILD_DEADLINE:?} and was killed\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("collecting the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(OK_LINE),
+        "scenario {name} failed ({})\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds a UDP frame whose payload starts with `seq`, `flows` distinct source ports.
+fn frame(seq: u32, flows: u16, payload: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; 14 + 20 + 8 + payload];
+    let len = forwarder::wire::build_udp_frame(
+        &mut buf,
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+        1000 + (seq % u32::from(flows)) as u16,
+        5201,
+        0,
+        0b10, // ECT(0)
+        payload,
+    )
+    .expect("frame fits");
+    buf.truncate(len);
+    buf[42..46].copy_from_slice(&seq.to_be_bytes());
+    buf
+}
+
+fn seq_of(data: &[u8]) -> u32 {
+    u32::from_be_bytes(data[42..46].try_into().expect("4 bytes"))
+}
+
+fn mbuf_with(pool: &Mempool, bytes: &[u8]) -> Mbuf {
+    let mut m = pool.alloc().expect("pool has room");
+    m.append(u16::try_from(bytes.len()).unwrap())
+        .expect("fits one mbuf")
+        .copy_from_slice(bytes);
+    m
+}
+
+/// Drains `rx` into `tx` until `rx` has been empty for `idle` polls; returns (rx, tx, freed).
+fn forward_until_idle<R, T>(rx: &mut R, tx: &mut T, idle: u32) -> (u64, u64, u64)
+where
+    R: PortRx<Buf = Mbuf>,
+    T: PortTx<Buf = Mbuf>,
+{
+    let mut burst: Vec<Mbuf> = Vec::with_capacity(32);
+    let (mut rxn, mut txn, mut freed) = (0u64, 0u64, 0u64);
+    let mut empty = 0;
+    while empty < idle {
+        let n = rx.rx_burst(&mut burst, 32);
+        if n == 0 {
+            empty += 1;
+            continue;
+        }
+        empty = 0;
+        rxn += n as u64;
+        txn += tx.tx_burst(&mut burst) as u64;
+        freed += burst.len() as u64;
+        burst.clear();
+    }
+    (rxn, txn, freed)
+}
+
+// ---------------------------------------------------------------------------------------
+// Scenarios (child bodies)
+
+fn ring_pair_body() {
+    let eal = Eal::init(eal_args(&["net_ring0".into(), "net_ring1".into()])).expect("EAL starts");
+    let pool = Mempool::new(&eal, "ring_pool", 8191, -1).expect("pool");
+    let cfg = EthDevConfig { rx_desc: 512, tx_desc: 512, ..EthDevConfig::default() };
+    let mut a = EthDev::open(&eal, "net_ring0", &cfg, &pool).expect("net_ring0");
+    let mut b = EthDev::open(&eal, "net_ring1", &cfg, &pool).expect("net_ring1");
+    assert_eq!(a.info().driver, "net_ring");
+    let (mut arx, mut atx) = a.split().unwrap();
+    let (mut brx, mut btx) = b.split().unwrap();
+    // net_ring with no arguments loops each queue's TX ring back to its RX ring.
+    const N: u32 = 3000;
+    let mut sent = 0u32;
+    let mut seen = Vec::with_capacity(N as usize);
+    let mut burst: Vec<Mbuf> = Vec::with_capacity(32);
+    let mut polls = 0u32;
+    while (seen.len() as u32) < N && polls < 1_000_000 {
+        polls += 1;
+        // Offer a burst into A's loopback ring.
+        while burst.len() < 32 && sent < N {
+            burst.push(mbuf_with(&pool, &frame(sent, 64, 64)));
+            sent += 1;
+        }
+        let before = burst.len();
+        atx[0].tx_burst(&mut burst);
+        // Unsent packets stay in the burst in order and go first next time.
+        assert!(burst.len() <= before);
+        // Forward A -> B.
+        let _ = forward_until_idle(&mut arx[0], &mut btx[0], 1);
+        // Collect from B's loopback.
+        let mut got: Vec<Mbuf> = Vec::with_capacity(32);
+        while brx[0].rx_burst(&mut got, 32) > 0 {
+            for m in got.drain(..) {
+                assert_eq!(m.len(), 14 + 20 + 8 + 64);
+                assert_eq!(m.rss_hash(), None, "net_ring computes no RSS hash");
+                seen.push(seq_of(m.data()));
+            }
+        }
+    }
+    assert_eq!(seen.len() as u32, N, "every packet arrived once");
+    assert!(seen.windows(2).all(|w| w[0] + 1 == w[1]), "order preserved");
+    drop(burst);
+    assert_eq!(pool.in_use(), 0, "every mbuf went back to the pool");
+}
+
+fn null_pair_body() {
+    let eal = Eal::init(eal_args(&["net_null0".into(), "net_null1".into()])).expect("EAL starts");
+    let pool = Mempool::new(&eal, "null_pool", 8191, -1).expect("pool");
+    let cfg = EthDevConfig { rx_queues: 2, tx_queues: 2, ..EthDevConfig::default() };
+    let mut a = EthDev::open(&eal, "net_null0", &cfg, &pool).expect("net_null0");
+    let mut b = EthDev::open(&eal, "net_null1", &cfg, &pool).expect("net_null1");
+    let link = a.link().expect("link state");
+    assert!(link.up, "a started null port reports link up");
+    let (mut arx, _atx) = a.split().unwrap();
+    let (_brx, mut btx) = b.split().unwrap();
+    let mut burst: Vec<Mbuf> = Vec::with_capacity(32);
+    let (mut rx, mut tx, mut freed) = (0u64, 0u64, 0u64);
+    for i in 0..20_000 {
+        let q = i % 2;
+        rx += arx[q].rx_burst(&mut burst, 32) as u64;
+        tx += btx[q].tx_burst(&mut burst) as u64;
+        freed += burst.len() as u64;
+        burst.clear();
+    }
+    assert!(rx > 0, "net_null delivers packets");
+    assert_eq!(rx, tx + freed, "conservation: rx = tx + freed");
+    let xs = b.xstats().expect("xstats");
+    assert!(!xs.is_empty(), "net_null reports xstats");
+    let opackets: u64 = xs
+        .iter()
+        .filter(|(n, _)| n == "tx_good_packets")
+        .map(|(_, v)| *v)
+        .sum();
+    assert_eq!(opackets, tx, "the device counted what we sent: {xs:?}");
+    drop(burst);
+    assert_eq!(pool.in_use(), 0, "every mbuf went back to the pool");
+}
+
+fn pcap_body() {
+    let dir = std::env::var("CW_DPDK_PCAP_DIR").expect("parent sets the pcap dir");
+    let input = Path::new(&dir).join("in.pcap");
+    let output = Path::new(&dir).join("out.pcap");
+    let eal = Eal::init(eal_args(&[
+        format!("net_pcap0,rx_pcap={}", input.display()),
+        format!("net_pcap1,tx_pcap={}", output.display()),
+    ]))
+    .expect("EAL starts");
+    let pool = Mempool::new(&eal, "pcap_pool", 4095, -1).expect("pool");
+    let cfg = EthDevConfig::default();
+    let mut a = EthDev::open(&eal, "net_pcap0", &cfg, &pool).expect("net_pcap0");
+    let mut b = EthDev::open(&eal, "net_pcap1", &cfg, &pool).expect("net_pcap1");
+    let (mut arx, _atx) = a.split().unwrap();
+    let (_brx, mut btx) = b.split().unwrap();
+    let (rx, tx, freed) = forward_until_idle(&mut arx[0], &mut btx[0], 10_000);
+    println!("pcap: rx {rx} tx {tx} freed {freed}");
+    assert_eq!(freed, 0, "pcap tx writes everything");
+    // Closing the devices flushes the pcap writer.
+    drop((arx, btx, a, b));
+}
+
+fn errors_body() {
+    // Unknown device name after a good init; queues beyond the device's maximum; pool
+    // exhaustion; a second EAL init. None of them may crash.
+    let eal = Eal::init(eal_args(&["net_ring0".into()])).expect("EAL starts");
+    let pool = Mempool::new(&eal, "small", 64, -1).expect("pool");
+    let err = EthDev::open(&eal, "net_nosuch9", &EthDevConfig::default(), &pool).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("no DPDK port named 'net_nosuch9'") && msg.contains("net_ring0"), "{msg}");
+    let cfg = EthDevConfig { rx_queues: 64, tx_queues: 64, ..EthDevConfig::default() };
+    let err = EthDev::open(&eal, "net_ring0", &cfg, &pool).unwrap_err();
+    assert!(matches!(err, PortError::NotEnoughQueues { .. }), "{err}");
+    assert!(err.to_string().contains("use fewer worker cores"), "{err}");
+    let mut held = Vec::new();
+    let err = loop {
+        match pool.alloc() {
+            Ok(m) => held.push(m),
+            Err(e) => break e,
+        }
+        assert!(held.len() <= 64, "a 64-mbuf pool gave out more than 64");
+    };
+    assert!(matches!(err, PortError::MempoolExhausted { .. }), "{err}");
+    assert!(err.to_string().contains("exhausted"), "{err}");
+    drop(held);
+    assert_eq!(pool.in_use(), 0);
+    let err = Eal::init(["--no-huge"]).unwrap_err();
+    assert!(matches!(err, PortError::EalAlreadyStarted), "{err}");
+}
+
+fn unknown_vdev_body() {
+    let err = Eal::init(eal_args(&["net_bogus0".into()])).unwrap_err();
+    let msg = err.to_string();
+    println!("unknown vdev: {msg}");
+    assert!(matches!(err, PortError::EalInit { .. }), "{msg}");
+    assert!(msg.contains("--vdev"), "the message says what to check: {msg}");
+}
+
+fn ecn_body() {
+    let eal = Eal::init(eal_args(&[])).expect("EAL starts");
+    let pool = Mempool::new(&eal, "ecn_pool", 63, -1).expect("pool");
+    let mut m = mbuf_with(&pool, &frame(7, 1, 64));
+    assert!(m.set_ce(), "an ECT(0) packet can be marked");
+    let parsed = forwarder::wire::parse(m.data());
+    assert_eq!(parsed.meta.ecn, 0b11, "CE is written in place");
+    assert_eq!(m.footprint(), usize::from(u16::try_from(dpdk_sys_buf_len()).unwrap()));
+    let mut not_ect = mbuf_with(&pool, &{
+        let mut f = frame(8, 1, 64);
+        f[15] &= !0b11; // clear ECN in the IPv4 TOS byte
+        f
+    });
+    assert!(!not_ect.set_ce(), "a Not-ECT packet is left alone");
+}
+
+fn dpdk_sys_buf_len() -> u32 {
+    // RTE_MBUF_DEFAULT_BUF_SIZE: 2048 data bytes + 128 headroom.
+    2176
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests (parents)
+
+#[test]
+#[ignore = "needs root and DPDK; run by scripts/test dpdk"]
+fn ring_vdevs_forward_every_packet_once_and_in_order() {
+    scenario("ring_vdevs_forward_every_packet_once_and_in_order", ring_pair_body);
+}
+
+#[test]
+#[ignore = "needs root and DPDK; run by scripts/test dpdk"]
+fn null_vdevs_conserve_packets_over_two_queues() {
+    scenario("null_vdevs_conserve_packets_over_two_queues", null_pair_body);
+}
+
+#[test]
+#[ignore = "needs root and DPDK; run by scripts/test dpdk"]
+fn bad_names_queues_and_pools_fail_with_messages() {
+    scenario("bad_names_queues_and_pools_fail_with_messages", errors_body);
+}
+
+#[test]
+#[ignore = "needs root and DPDK; run by scripts/test dpdk"]
+fn an_unknown_vdev_driver_fails_eal_init_with_a_hint() {
+    scenario("an_unknown_vdev_driver_fails_eal_init_with_a_hint", unknown_vdev_body);
+}
+
+#[test]
+#[ignore = "needs root and DPDK; run by scripts/test dpdk"]
+fn mbufs_mark_ecn_in_place() {
+    scenario("mbufs_mark_ecn_in_place", ecn_body);
+}
+
+#[test]
+#[ignore = "needs root and DPDK; run by scripts/test dpdk"]
+fn pcap_in_to_pcap_out_is_byte_identical_and_in_order() {
+    const NAME: &str = "pcap_in_to_pcap_out_is_byte_identical_and_in_order";
+    if std::env::var(SCENARIO_ENV).as_deref() == Ok(NAME) {
+        return scenario(NAME, pcap_body);
+    }
+    if !is_root() {
+        eprintln!("SKIP {NAME}: DPDK scenarios need root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let frames: Vec<Vec<u8>> = (0..2000u32)
+        .map(|i| frame(i, 97, 18 + (i as usize * 37) % 1400))
+        .collect();
+    {
+        let f = std::fs::File::create(dir.path().join("in.pcap")).unwrap();
+        let mut w = pcap_file::pcap::PcapWriter::new(f).unwrap();
+        for (i, fr) in frames.iter().enumerate() {
+            let ts = Duration::from_micros(i as u64);
+            w.write_packet(&pcap_file::pcap::PcapPacket::new(ts, fr.len() as u32, fr))
+                .unwrap();
+        }
+    }
+    std::env::set_var("CW_DPDK_PCAP_DIR", dir.path());
+    scenario(NAME, pcap_body);
+    let f = std::fs::File::open(dir.path().join("out.pcap")).unwrap();
+    let mut r = pcap_file::pcap::PcapReader::new(f).unwrap();
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        out.push(p.unwrap().data.into_owned());
+    }
+    assert_eq!(out.len(), frames.len(), "every frame was written once");
+    for (i, (a, b)) in frames.iter().zip(&out).enumerate() {
+        assert_eq!(a, b, "frame {i} differs");
+    }
+}

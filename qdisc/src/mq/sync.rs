@@ -1,0 +1,152 @@
+//! The concurrency primitives of [`super::TxQueue`], in one place so that loom can swap them:
+//! atomics and the mutex come from `loom::sync` under `cfg(loom)` and from `std::sync`
+//! otherwise, and [`RunnerLock`] (the runner try-lock with its MISSED flag) owns the only
+//! `unsafe` code of the qdisc crate.
+//!
+//! It does not decide what a runner does; it only guarantees that at most one thread holds the
+//! queue's state at a time and that a thread which lost the race leaves a flag the holder must
+//! act on before it lets go.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::Mutex;
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::Mutex;
+
+#[cfg(loom)]
+use loom::cell::UnsafeCell;
+#[cfg(not(loom))]
+use std::cell::UnsafeCell;
+
+/// The lock bit: some thread holds the queue's state.
+const LOCKED: u32 = 1;
+/// The missed bit (Linux `__QDISC_STATE_MISSED`): a thread pushed work and could not take the
+/// lock; whoever holds or next takes the lock must drain the intake again.
+const MISSED: u32 = 2;
+
+/// A try-lock around the runner's state with Linux's MISSED protocol (seed 001, a90c57f2cedd).
+///
+/// Linux keeps the lock (`q->seqlock`) and MISSED in two words, which is why it needs a full
+/// barrier between the unlock and the read of MISSED (2e8728c955ce, a54ce3703613). Here both bits
+/// live in one atomic word and every change of it is a read-modify-write, so all changes fall in
+/// one modification order: a thread that sets MISSED either does so before the holder's release
+/// (and the release CAS fails and the holder goes round again) or after it (and sees the lock
+/// free and takes it). No fence is needed, and loom can check the protocol with plain
+/// acquire/release semantics.
+pub(crate) struct RunnerLock<T> {
+    state: AtomicU32,
+    cell: UnsafeCell<T>,
+}
+
+// SAFETY: the cell is only reached through a `RunnerGuard`, and a guard exists only while its
+// thread owns the LOCKED bit, so `&RunnerLock<T>` gives at most one thread `&mut T` at a time;
+// moving that access between threads needs `T: Send`, nothing more.
+unsafe impl<T: Send> Sync for RunnerLock<T> {}
+
+impl<T> RunnerLock<T> {
+    /// Wraps `value`, unlocked, with no MISSED flag.
+    pub(crate) fn new(value: T) -> RunnerLock<T> {
+        RunnerLock {
+            state: AtomicU32::new(0),
+            cell: UnsafeCell::new(value),
+        }
+    }
+
+    /// Returns true when nobody holds the lock and no MISSED flag is pending (a racy hint).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == 0
+    }
+
+    /// Takes the lock only when it is free and no MISSED work is pending (the bypass path).
+    pub(crate) fn try_lock_idle(&self) -> Option<RunnerGuard<'_, T>> {
+        self.state
+            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| self.guard())
+    }
+
+    /// Takes the lock (clearing MISSED: the new holder will drain) or, when another thread
+    /// holds it, sets MISSED so that the holder drains again before it lets go.
+    pub(crate) fn lock_or_flag_missed(&self) -> Option<RunnerGuard<'_, T>> {
+        let mut seen = self.state.load(Ordering::Relaxed);
+        loop {
+            let held = seen & LOCKED != 0;
+            let next = if held { seen | MISSED } else { LOCKED };
+            // AcqRel: the release half publishes this thread's intake push to the holder that
+            // later observes MISSED; the acquire half pairs with the previous holder's release.
+            match self
+                .state
+                .compare_exchange_weak(seen, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) if held => return None,
+                Ok(_) => return Some(self.guard()),
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    fn guard(&self) -> RunnerGuard<'_, T> {
+        RunnerGuard { lock: self }
+    }
+}
+
+/// Exclusive access to the runner's state. Dropping it unlocks and leaves any MISSED flag set
+/// for the next [`RunnerLock::lock_or_flag_missed`] caller.
+pub(crate) struct RunnerGuard<'a, T> {
+    lock: &'a RunnerLock<T>,
+}
+
+impl<'a, T> RunnerGuard<'a, T> {
+    /// Runs `f` on the guarded state.
+    pub(crate) fn with<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R {
+        #[cfg(loom)]
+        {
+            self.lock.cell.with_mut(|ptr| {
+                // SAFETY: this guard owns the LOCKED bit (see `RunnerLock`), so no other
+                // thread reaches the cell until it is released, and `&mut self` stops a second
+                // borrow through this guard.
+                f(unsafe { &mut *ptr })
+            })
+        }
+        #[cfg(not(loom))]
+        {
+            // SAFETY: as above: the LOCKED bit is ours and `&mut self` makes the borrow unique.
+            f(unsafe { &mut *self.lock.cell.get() })
+        }
+    }
+
+    /// Releases the lock unless MISSED was set meanwhile. In that case it clears MISSED, keeps
+    /// the lock and hands the guard back: the caller must drain the intake again.
+    pub(crate) fn try_unlock(self) -> Result<(), RunnerGuard<'a, T>> {
+        let this = std::mem::ManuallyDrop::new(self);
+        match this
+            .lock
+            .state
+            .compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed)
+        {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                // Acquire: makes the intake pushes of the threads that set MISSED visible here.
+                this.lock.state.fetch_and(!MISSED, Ordering::AcqRel);
+                Err(std::mem::ManuallyDrop::into_inner(this))
+            }
+        }
+    }
+
+    /// Releases the lock and sets MISSED, so the next `lock_or_flag_missed` caller (which
+    /// the caller of `run` is told to be) picks up the work left behind.
+    pub(crate) fn unlock_with_missed(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        // Others only ever add MISSED while LOCKED is set, so a swap loses nothing.
+        this.lock.state.swap(MISSED, Ordering::Release);
+    }
+}
+
+impl<T> Drop for RunnerGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.state.fetch_and(!LOCKED, Ordering::Release);
+    }
+}

@@ -1,0 +1,573 @@
+//! [`TxQueue`]: one transmit queue that any number of threads feed, after Linux's lockless
+//! qdisc (seed 001): a bounded lock-free intake, a runner try-lock with a MISSED flag, and an
+//! enqueue bypass for an idle queue with shaper credit.
+//!
+//! It owns one qdisc and takes a share of a [`SharedRate`]; it never reads a clock (every call
+//! takes `now_ns`) and never transmits by itself (the caller's `transmit` closure does).
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+
+use super::intake::IntakeRing;
+use super::shared_rate::{SharedRate, SyncConfig};
+use super::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering, RunnerLock};
+use super::MqQdisc;
+use crate::{Dequeue, DropReason, Enqueued, Packet, PacketMeta, Rate};
+
+/// What [`TxQueue::enqueue`] did with a packet.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Intake<P> {
+    /// The queue was idle and the shaper had credit: the packet was charged and the caller
+    /// must transmit it now, before its next call into this queue (that keeps per-flow order).
+    Bypass(P),
+    /// The packet is queued; a later [`TxQueue::run`] sends it.
+    Queued,
+    /// The packet was dropped; it is handed back so the caller can free or count it.
+    Dropped(DropReason, P),
+}
+
+/// When to call [`TxQueue::run`] again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextRun {
+    /// Nothing is queued: run again after the next enqueue.
+    Idle,
+    /// Work is left (budget used up or the MISSED loop was cut short): run again now.
+    Now,
+    /// The shaper holds packets until this time (ns).
+    At(u64),
+}
+
+/// The result of [`TxQueue::run`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunResult {
+    /// Another thread is the runner. It (or, if it was a bypass, the next runner) drains what
+    /// this thread pushed before it lets go; a poll-mode caller simply runs again next poll.
+    Busy,
+    /// This thread ran the queue.
+    Ran {
+        /// Packets handed to `transmit`.
+        sent: usize,
+        /// When to run again.
+        next: NextRun,
+    },
+}
+
+/// Construction options of a [`TxQueue`] (and of every queue of a [`super::MultiQueue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxQueueOptions {
+    /// Capacity of the lock-free intake, in packets; a full intake drops with
+    /// [`DropReason::IntakeFull`].
+    pub intake_capacity: usize,
+    /// Allow the enqueue bypass (off for the benchmark's no-bypass rows).
+    pub bypass: bool,
+    /// Rate-sync parameters.
+    pub sync: SyncConfig,
+}
+
+impl Default for TxQueueOptions {
+    fn default() -> TxQueueOptions {
+        TxQueueOptions {
+            intake_capacity: 1024,
+            bypass: true,
+            sync: SyncConfig::default(),
+        }
+    }
+}
+
+/// Counters of one [`TxQueue`], published by its runner once per run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TxQueueStats {
+    /// Packets taken into the qdisc (from the intake or directly).
+    pub enqueued: u64,
+    /// Packets that took the bypass.
+    pub bypassed: u64,
+    /// Packets dropped because the intake was full.
+    pub intake_full: u64,
+    /// Packets the qdisc dropped at enqueue, by reason (indexed like [`DropReason::ALL`]).
+    pub qdisc_drops: [u64; 6],
+    /// Packets the qdisc dropped inside dequeue (AQM), derived by conservation.
+    pub dequeue_drops: u64,
+    /// Packets handed to `transmit` by runs.
+    pub dequeued: u64,
+    /// Bytes delivered (runs and bypass).
+    pub sent_bytes: u64,
+    /// Rate syncs done.
+    pub syncs: u64,
+    /// Active queues seen at the last sync (this one included).
+    pub active_queues: u32,
+    /// The share applied at the last sync.
+    pub share: Rate,
+}
+
+impl TxQueueStats {
+    /// Drops of one reason (the intake's included).
+    pub fn drops(&self, reason: DropReason) -> u64 {
+        let i = DropReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .expect("every reason is in ALL");
+        self.qdisc_drops[i]
+            + if reason == DropReason::IntakeFull {
+                self.intake_full
+            } else {
+                0
+            }
+    }
+
+    /// All drops: intake, enqueue and dequeue.
+    pub fn total_drops(&self) -> u64 {
+        self.intake_full + self.qdisc_drops.iter().sum::<u64>() + self.dequeue_drops
+    }
+}
+
+/// Most times a runner goes round again for MISSED before it hands the work to the next run.
+const MAX_MISSED_ROUNDS: u32 = 8;
+
+/// One TX queue: `&self` methods, `Send + Sync`, fed by any number of threads.
+///
+/// # Call protocol
+/// * [`TxQueue::enqueue`] from any thread. On [`Intake::Bypass`] transmit the packet before
+///   the next call into this queue.
+/// * After a burst of enqueues, call [`TxQueue::run`] from the same thread (every thread that
+///   enqueued must run before it goes idle; poll-mode workers run every poll). `run` drains the
+///   intake, applies pending configuration, syncs the rate when due, dequeues what the shaper
+///   allows and calls `transmit` with it **while it still holds the runner lock**: that is what
+///   keeps per-flow order across threads, since a bypass can only happen once the previous
+///   runner's packets are out.
+/// * `now_ns` is the caller's monotonic clock, read once per burst.
+///
+/// # Bypass (Linux `TCQ_F_CAN_BYPASS`, c4fef01ba479)
+/// An enqueue takes the bypass only when the runner lock is free with no MISSED flag, the
+/// intake is empty and the qdisc published no backlog; it then takes the lock, checks the
+/// intake and the qdisc again under it, and asks the qdisc's [`crate::Qdisc::try_bypass`]
+/// (shaper credit). If any check fails it drains the intake into the qdisc and enqueues the
+/// packet behind it, so nothing is ever reordered.
+pub struct TxQueue<P, Q> {
+    intake: IntakeRing<(P, PacketMeta)>,
+    runner: RunnerLock<Runner<P, Q>>,
+    shared: Arc<SharedRate>,
+    index: usize,
+    bypass: bool,
+    intake_full: CachePadded<AtomicU64>,
+    published: CachePadded<Published>,
+    /// A `Q::Config` waiting for the runner (boxed so the struct needs no trait bounds).
+    pending: Mutex<Option<Box<dyn Any + Send>>>,
+    pending_flag: AtomicBool,
+    _q: PhantomData<fn() -> Q>,
+}
+
+/// The runner's counters as other threads see them.
+#[derive(Default)]
+struct Published {
+    enqueued: AtomicU64,
+    bypassed: AtomicU64,
+    qdisc_drops: [AtomicU64; 6],
+    dequeue_drops: AtomicU64,
+    dequeued: AtomicU64,
+    sent_bytes: AtomicU64,
+    syncs: AtomicU64,
+    active_queues: AtomicU32,
+    share_bps: AtomicU64,
+    qlen: AtomicU64,
+}
+
+/// Everything only the lock holder touches.
+struct Runner<P, Q> {
+    qdisc: Q,
+    counters: Counters,
+    sync: SyncState,
+    _p: PhantomData<fn(P)>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counters {
+    enqueued: u64,
+    bypassed: u64,
+    qdisc_drops: [u64; 6],
+    enqueue_dropped: u64,
+    dequeued: u64,
+    sent_bytes: u64,
+    syncs: u64,
+    active_queues: u32,
+    share_bps: u64,
+}
+
+struct SyncState {
+    /// Time of the last sync (cake_mq's `last_checked_active`).
+    last_check_ns: u64,
+    /// False until the first sync: the first window has no start.
+    synced_once: bool,
+    /// Bytes delivered since the last sync.
+    window_bytes: u64,
+    /// `SharedRate` generation applied.
+    generation: u64,
+    /// Forces a sync at the next run (after a reconfigure).
+    force: bool,
+    /// Newest `now_ns` seen; older values are clamped to it.
+    now_ns: u64,
+    /// Bytes delivered as of the last publish of `last_active_ns`.
+    published_bytes: u64,
+    /// Backlog bytes as of the last publish.
+    published_backlog: u64,
+}
+
+impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
+    /// A queue of its own (not shared with siblings) around `qdisc`, shaping to `qdisc`'s rate.
+    pub fn new(qdisc: Q, options: TxQueueOptions) -> TxQueue<P, Q> {
+        let shared = Arc::new(SharedRate::new(1, qdisc.rate(), options.sync));
+        TxQueue::with_shared(qdisc, options, shared, 0)
+    }
+
+    /// Queue `index` of the queues sharing `shared`.
+    ///
+    /// # Panics
+    /// When `index` is not below `shared.queues()` (a programming error).
+    pub fn with_shared(
+        qdisc: Q,
+        options: TxQueueOptions,
+        shared: Arc<SharedRate>,
+        index: usize,
+    ) -> TxQueue<P, Q> {
+        assert!(index < shared.queues(), "queue index {index} out of range");
+        let share = qdisc.rate().bytes_per_sec();
+        TxQueue {
+            intake: IntakeRing::new(options.intake_capacity),
+            runner: RunnerLock::new(Runner {
+                qdisc,
+                counters: Counters {
+                    share_bps: share,
+                    active_queues: 1,
+                    ..Counters::default()
+                },
+                sync: SyncState {
+                    last_check_ns: 0,
+                    synced_once: false,
+                    window_bytes: 0,
+                    generation: u64::MAX,
+                    force: true,
+                    now_ns: 0,
+                    published_bytes: 0,
+                    published_backlog: 0,
+                },
+                _p: PhantomData,
+            }),
+            shared,
+            index,
+            bypass: options.bypass,
+            intake_full: CachePadded::new(AtomicU64::new(0)),
+            published: CachePadded::new(Published::default()),
+            pending: Mutex::new(None),
+            pending_flag: AtomicBool::new(false),
+            _q: PhantomData,
+        }
+    }
+
+    /// Offers one packet. See the type's call protocol.
+    pub fn enqueue(&self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Intake<P> {
+        if self.bypass
+            && self.runner.is_idle()
+            && self.activity_backlog() == 0
+            && self.intake.is_empty()
+        {
+            if let Some(mut guard) = self.runner.try_lock_idle() {
+                return guard.with(|r| {
+                    let now_ns = r.sync.clamp(now_ns);
+                    if self.intake.is_empty()
+                        && r.qdisc.is_empty()
+                        && r.qdisc.try_bypass(now_ns, &pkt, meta)
+                    {
+                        r.counters.bypassed += 1;
+                        r.counters.sent_bytes += pkt.len() as u64;
+                        return Intake::Bypass(pkt);
+                    }
+                    // Something got there first (or no credit): queue behind it, in order.
+                    self.drain_intake(r, now_ns);
+                    r.enqueue_one(now_ns, pkt, meta);
+                    self.publish_backlog(r);
+                    Intake::Queued
+                });
+            }
+        }
+        match self.intake.push((pkt, *meta)) {
+            Ok(()) => Intake::Queued,
+            Err((pkt, _)) => {
+                self.intake_full.fetch_add(1, Ordering::Relaxed);
+                Intake::Dropped(DropReason::IntakeFull, pkt)
+            }
+        }
+    }
+
+    /// Runs the queue if no other thread does: drains the intake, applies pending
+    /// configuration, syncs the rate when due, dequeues up to `budget` packets into `out` and
+    /// calls `transmit(out)` under the runner lock. `transmit` takes what it sent out of `out`;
+    /// anything it leaves stays there for the caller.
+    pub fn run<F>(&self, now_ns: u64, budget: usize, out: &mut Vec<P>, mut transmit: F) -> RunResult
+    where
+        F: FnMut(&mut Vec<P>),
+    {
+        let Some(mut guard) = self.runner.lock_or_flag_missed() else {
+            return RunResult::Busy;
+        };
+        let mut sent = 0;
+        let mut rounds = 0;
+        loop {
+            let next = guard.with(|r| {
+                let now_ns = r.sync.clamp(now_ns);
+                self.apply_pending(r);
+                self.drain_intake(r, now_ns);
+                self.sync_if_due(r, now_ns);
+                let before = out.len();
+                let next = r.dequeue_into(now_ns, budget.saturating_sub(sent), out);
+                let added = out.len() - before;
+                sent += added;
+                if added > 0 {
+                    transmit(out);
+                }
+                self.publish(r, now_ns);
+                next
+            });
+            match guard.try_unlock() {
+                Ok(()) => return RunResult::Ran { sent, next },
+                Err(g) => {
+                    guard = g;
+                    rounds += 1;
+                    if rounds >= MAX_MISSED_ROUNDS || sent >= budget {
+                        guard.with(|r| {
+                            let now_ns = r.sync.now_ns;
+                            self.drain_intake(r, now_ns);
+                            self.publish_backlog(r);
+                        });
+                        guard.unlock_with_missed();
+                        return RunResult::Ran {
+                            sent,
+                            next: NextRun::Now,
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Changes this queue's global rate (all siblings of its [`SharedRate`] follow); runners
+    /// apply it at their next run through `set_rate`, never purging anything.
+    pub fn set_rate(&self, rate: Rate) {
+        self.shared.set_rate(rate);
+    }
+
+    /// Asks the runner to apply `config` at its next run (a safe point between dequeues).
+    pub fn request_reconfigure(&self, config: Q::Config) {
+        let mut slot = self.pending.lock().expect("config slot poisoned");
+        *slot = Some(Box::new(config));
+        self.pending_flag.store(true, Ordering::Release);
+    }
+
+    /// Counters as of the last run (intake drops are live).
+    pub fn stats(&self) -> TxQueueStats {
+        let p = &self.published;
+        let mut qdisc_drops = [0; 6];
+        for (d, a) in qdisc_drops.iter_mut().zip(&p.qdisc_drops) {
+            *d = a.load(Ordering::Relaxed);
+        }
+        TxQueueStats {
+            enqueued: p.enqueued.load(Ordering::Relaxed),
+            bypassed: p.bypassed.load(Ordering::Relaxed),
+            intake_full: self.intake_full.load(Ordering::Relaxed),
+            qdisc_drops,
+            dequeue_drops: p.dequeue_drops.load(Ordering::Relaxed),
+            dequeued: p.dequeued.load(Ordering::Relaxed),
+            sent_bytes: p.sent_bytes.load(Ordering::Relaxed),
+            syncs: p.syncs.load(Ordering::Relaxed),
+            active_queues: p.active_queues.load(Ordering::Relaxed),
+            share: Rate::from_bytes_per_sec(p.share_bps.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Packets waiting: in the intake now, plus in the qdisc as of the last run.
+    pub fn backlog(&self) -> usize {
+        self.intake.len() + self.published.qlen.load(Ordering::Relaxed) as usize
+    }
+
+    /// Bytes in the qdisc as of the last run.
+    pub fn backlog_bytes(&self) -> u64 {
+        self.activity_backlog()
+    }
+
+    /// Capacity of the intake.
+    pub fn intake_capacity(&self) -> usize {
+        self.intake.capacity()
+    }
+
+    /// This queue's index in its [`SharedRate`].
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The rate state shared with the sibling queues.
+    pub fn shared(&self) -> &Arc<SharedRate> {
+        &self.shared
+    }
+
+    /// Runs `f` on the qdisc when no runner holds the queue (for statistics and tests);
+    /// returns `None` when the queue is busy. A `run` that loses the race to this call sees
+    /// `Busy` and leaves its work for the next run.
+    pub fn try_with_qdisc<R>(&self, f: impl FnOnce(&mut Q) -> R) -> Option<R> {
+        let mut guard = self.runner.try_lock_idle()?;
+        Some(guard.with(|r| f(&mut r.qdisc)))
+    }
+
+    fn activity_backlog(&self) -> u64 {
+        self.shared
+            .queue(self.index)
+            .backlog_bytes
+            .load(Ordering::Relaxed)
+    }
+
+    fn apply_pending(&self, r: &mut Runner<P, Q>) {
+        if !self.pending_flag.load(Ordering::Acquire) {
+            return;
+        }
+        let taken = {
+            let mut slot = self.pending.lock().expect("config slot poisoned");
+            self.pending_flag.store(false, Ordering::Relaxed);
+            slot.take()
+        };
+        if let Some(pending) = taken {
+            if let Ok(config) = pending.downcast::<Q::Config>() {
+                r.qdisc.reconfigure(&config);
+                // The reconfigure set the full configured rate; the sync scales it back down.
+                r.sync.force = true;
+            }
+        }
+    }
+
+    fn drain_intake(&self, r: &mut Runner<P, Q>, now_ns: u64) {
+        while let Some((pkt, meta)) = self.intake.pop() {
+            r.enqueue_one(now_ns, pkt, &meta);
+        }
+    }
+
+    fn sync_if_due(&self, r: &mut Runner<P, Q>, now_ns: u64) {
+        let generation = self.shared.generation();
+        let interval = self.shared.sync_interval_ns();
+        let elapsed = now_ns.saturating_sub(r.sync.last_check_ns);
+        if !r.sync.force && generation == r.sync.generation && elapsed < interval {
+            return;
+        }
+        let saturation = u64::from(self.shared.sync_config().saturation_percent);
+        let mine = self.shared.queue(self.index);
+        let share_before = r.counters.share_bps;
+        // Delivered rate over the window; a first sync (no window yet) reports nothing.
+        let measured = if elapsed > 0 && r.sync.synced_once {
+            (u128::from(r.sync.window_bytes) * 1_000_000_000 / u128::from(elapsed)) as u64
+        } else {
+            0
+        };
+        let saturated = share_before != 0
+            && (u128::from(measured) * 100 >= u128::from(share_before) * u128::from(saturation));
+        let demand = if saturated || measured == 0 && r.qdisc.backlog_bytes() > 0 {
+            None
+        } else {
+            Some(measured)
+        };
+        let (share, active) = self
+            .shared
+            .compute_share(self.index, r.sync.last_check_ns, demand);
+        mine.measured_bps.store(measured, Ordering::Relaxed);
+        mine.saturated.store(demand.is_none(), Ordering::Relaxed);
+        mine.share_bps.store(share, Ordering::Relaxed);
+        if share != share_before || r.sync.force {
+            r.qdisc.set_rate(Rate::from_bytes_per_sec(share));
+        }
+        r.counters.share_bps = share;
+        r.counters.active_queues = active;
+        r.counters.syncs += 1;
+        r.sync.last_check_ns = now_ns;
+        r.sync.synced_once = true;
+        r.sync.window_bytes = 0;
+        r.sync.generation = generation;
+        r.sync.force = false;
+    }
+
+    /// Publishes backlog, activity and counters: one batch of stores per run, all on lines
+    /// this queue owns.
+    fn publish(&self, r: &mut Runner<P, Q>, now_ns: u64) {
+        let mine = self.shared.queue(self.index);
+        if r.counters.sent_bytes != r.sync.published_bytes {
+            r.sync.window_bytes += r.counters.sent_bytes - r.sync.published_bytes;
+            r.sync.published_bytes = r.counters.sent_bytes;
+            mine.last_active_ns.store(now_ns, Ordering::Relaxed);
+        }
+        self.publish_backlog(r);
+        let c = &r.counters;
+        let p = &self.published;
+        p.enqueued.store(c.enqueued, Ordering::Relaxed);
+        p.bypassed.store(c.bypassed, Ordering::Relaxed);
+        for (a, d) in p.qdisc_drops.iter().zip(c.qdisc_drops) {
+            a.store(d, Ordering::Relaxed);
+        }
+        let qlen = r.qdisc.len() as u64;
+        let inside = c
+            .enqueued
+            .saturating_sub(c.enqueue_dropped + c.dequeued + qlen);
+        p.dequeue_drops.store(inside, Ordering::Relaxed);
+        p.dequeued.store(c.dequeued, Ordering::Relaxed);
+        p.sent_bytes.store(c.sent_bytes, Ordering::Relaxed);
+        p.syncs.store(c.syncs, Ordering::Relaxed);
+        p.active_queues.store(c.active_queues, Ordering::Relaxed);
+        p.share_bps.store(c.share_bps, Ordering::Relaxed);
+        p.qlen.store(qlen, Ordering::Relaxed);
+    }
+
+    fn publish_backlog(&self, r: &mut Runner<P, Q>) {
+        let backlog = r.qdisc.backlog_bytes();
+        if backlog != r.sync.published_backlog {
+            r.sync.published_backlog = backlog;
+            self.shared
+                .queue(self.index)
+                .backlog_bytes
+                .store(backlog, Ordering::Relaxed);
+        }
+    }
+}
+
+impl SyncState {
+    fn clamp(&mut self, now_ns: u64) -> u64 {
+        self.now_ns = self.now_ns.max(now_ns);
+        self.now_ns
+    }
+}
+
+impl<P: Packet, Q: MqQdisc<P>> Runner<P, Q> {
+    fn enqueue_one(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) {
+        let result: Enqueued = self.qdisc.enqueue(now_ns, pkt, meta);
+        self.counters.enqueued += 1;
+        if let Some(reason) = result.reason {
+            if let Some(i) = DropReason::ALL.iter().position(|r| *r == reason) {
+                self.counters.qdisc_drops[i] += u64::from(result.dropped_packets);
+            }
+            self.counters.enqueue_dropped += u64::from(result.dropped_packets);
+        }
+    }
+
+    fn dequeue_into(&mut self, now_ns: u64, budget: usize, out: &mut Vec<P>) -> NextRun {
+        for _ in 0..budget {
+            match self.qdisc.dequeue(now_ns) {
+                Dequeue::Packet(pkt) => {
+                    self.counters.dequeued += 1;
+                    self.counters.sent_bytes += pkt.len() as u64;
+                    out.push(pkt);
+                }
+                Dequeue::Empty => return NextRun::Idle,
+                Dequeue::NotBefore(t) => return NextRun::At(t),
+            }
+        }
+        if self.qdisc.is_empty() {
+            NextRun::Idle
+        } else {
+            NextRun::Now
+        }
+    }
+}

@@ -134,6 +134,15 @@ pub fn machine_line() -> String {
     format!("{cpu}, {cores} cores, Linux {kernel}")
 }
 
+/// Returns the 1-minute load average ("1.52"), or "?" when unknown. Other work on the machine
+/// skews timer-driven shapers, so every result header carries it.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "?".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

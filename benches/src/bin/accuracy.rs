@@ -1,0 +1,571 @@
+//! Shaping accuracy: how close the rate that leaves a shaper is to the rate it was configured
+//! with, for kernel HTB, kernel TBF and cakewalk's CAKE (AF_PACKET), on the same veth lab in
+//! the same run (perf-anchors.md G9).
+//!
+//! Lab: `a (198.18.0.1) — ra [r] rb — b (198.18.0.2)`. In `r` either a kernel bridge with
+//! the kernel qdisc on `rb`'s egress, or cakewalk moving frames between `ra` and `rb` at layer 2.
+//! iperf3 offers UDP from `a` to `b` at 1.5x the configured rate; a sampler inside `r` reads
+//! `rb`'s `tx_bytes` (every byte that left the shaper, Ethernet header included, which is what
+//! HTB/TBF and CAKE in `raw` mode count) and `ra`'s `rx_bytes` (what was offered). The rate is
+//! taken over a window after a warm-up, from the sampler's own timestamps.
+//!
+//! It does not measure latency (see `latency`) or packets per second (see `pktgen`).
+
+use anyhow::{bail, Context, Result};
+use cakewalk_benches::lab::{require_tool, Lab, LabError};
+use cakewalk_benches::plot::{line_chart, Series};
+use cakewalk_benches::progress::Progress;
+use cakewalk_benches::report::{load_average, machine_line, update_section, utc_now, Table};
+use cakewalk_benches::sampler::{rate_bps, run_if_sampler, Counter, Sampler};
+use cakewalk_benches::units::{parse_rate_list, tc_rate, BadRate};
+use cakewalk_benches::{install_stop_flag, repo_root, sleep_unless_stopped, stop_requested};
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const IP_B: &str = "198.18.0.2";
+
+/// Which shapers to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Only {
+    /// Kernel HTB and TBF (needs no cakewalk binary).
+    Kernel,
+    /// cakewalk only.
+    Cakewalk,
+    /// Kernel HTB and TBF and cakewalk.
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shaper {
+    Htb,
+    Tbf,
+    Cake,
+}
+
+impl Shaper {
+    fn name(self) -> &'static str {
+        match self {
+            Shaper::Htb => "kernel HTB",
+            Shaper::Tbf => "kernel TBF",
+            Shaper::Cake => "cakewalk CAKE (afpacket)",
+        }
+    }
+}
+
+/// Shaping accuracy of kernel HTB/TBF and cakewalk CAKE on a veth lab.
+#[derive(Debug, Parser)]
+#[command(name = "accuracy", version)]
+struct Args {
+    /// Configured rates, tc units, comma-separated.
+    #[arg(long, default_value = "10mbit,100mbit,200mbit,300mbit,500mbit,1gbit")]
+    rates: String,
+    /// Which shapers to measure.
+    #[arg(long, value_enum, default_value = "all")]
+    only: Only,
+    /// Offered load as a multiple of the configured rate.
+    #[arg(long, default_value_t = 1.5)]
+    offer: f64,
+    /// Seconds of traffic before the measuring window (queues fill, bursts drain).
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Seconds in the measuring window.
+    #[arg(long, default_value_t = 5.0)]
+    window: f64,
+    /// Parallel iperf3 senders (each offers its share); 0 picks 1 below 500 Mbit/s, else 2.
+    #[arg(long, default_value_t = 0)]
+    streams: u32,
+    /// UDP payload bytes per datagram (1472 makes 1514-byte frames).
+    #[arg(long, default_value_t = 1472)]
+    len: u32,
+    /// The cakewalk binary (built with `cargo build --release -p forwarder`).
+    #[arg(long)]
+    cakewalk: Option<PathBuf>,
+    /// Extra arguments for `cakewalk run` after the generated ones.
+    #[arg(long, allow_hyphen_values = true)]
+    cakewalk_args: Option<String>,
+    /// Directory for the Markdown table and PNG plot.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Do not update BENCHMARKS.md (results/ files are still written).
+    #[arg(long)]
+    no_benchmarks_md: bool,
+    /// Short run for CI: 100mbit only, 1 s warm-up, 2 s window, results not written to
+    /// BENCHMARKS.md.
+    #[arg(long)]
+    smoke: bool,
+}
+
+struct Row {
+    shaper: Shaper,
+    configured: u64,
+    measured: Option<f64>,
+    offered: Option<f64>,
+    note: String,
+}
+
+impl Row {
+    fn error_pct(&self) -> Option<f64> {
+        self.measured
+            .map(|m| (m / self.configured as f64 - 1.0) * 100.0)
+    }
+}
+
+fn main() -> ExitCode {
+    run_if_sampler();
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn find_cakewalk(arg: &Option<PathBuf>) -> Option<PathBuf> {
+    if let Some(p) = arg {
+        return Some(p.clone());
+    }
+    let root = repo_root();
+    let mut cands = Vec::new();
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        cands.push(PathBuf::from(t).join("release/cakewalk"));
+    }
+    cands.push(root.join("target/release/cakewalk"));
+    // Next to this binary (same target dir).
+    if let Ok(me) = std::env::current_exe() {
+        if let Some(dir) = me.parent() {
+            cands.push(dir.join("cakewalk"));
+        }
+    }
+    cands.into_iter().find(|p| p.is_file())
+}
+
+fn run(mut args: Args) -> Result<()> {
+    if args.smoke {
+        args.rates = "100mbit".into();
+        args.warmup = 1.0;
+        args.window = 2.0;
+        args.no_benchmarks_md = true;
+    }
+    let rates = parse_rate_list(&args.rates).map_err(|BadRate(s)| {
+        anyhow::anyhow!("--rates: rate '{s}' is not a rate; try '100mbit' or '1gbit'")
+    })?;
+    if !(1.0..=10.0).contains(&args.offer) {
+        bail!(
+            "--offer {} is out of range; use 1.0..10 (1.5 is the default)",
+            args.offer
+        );
+    }
+    if args.warmup < 0.5 || args.window < 1.0 || args.warmup + args.window > 60.0 {
+        bail!(
+            "--warmup {} / --window {} out of range; warm-up >= 0.5 s, window >= 1 s, sum <= 60 s",
+            args.warmup,
+            args.window
+        );
+    }
+    require_tool("iperf3", "iperf3")?;
+    let mut shapers = Vec::new();
+    if matches!(args.only, Only::Kernel | Only::All) {
+        shapers.extend([Shaper::Htb, Shaper::Tbf]);
+    }
+    let cakewalk = find_cakewalk(&args.cakewalk);
+    if matches!(args.only, Only::Cakewalk | Only::All) {
+        match &cakewalk {
+            Some(_) => shapers.push(Shaper::Cake),
+            None if args.only == Only::Cakewalk => bail!(
+                "no cakewalk binary found; build it with `cargo build --release -p forwarder` or pass --cakewalk PATH"
+            ),
+            None => eprintln!(
+                "note: no cakewalk binary found (cargo build --release -p forwarder); measuring kernel shapers only"
+            ),
+        }
+    }
+    let stop = install_stop_flag();
+    let per_row = args.warmup + args.window + 4.0;
+    let rows_n = rates.len() * shapers.len();
+    let bound = per_row * rows_n as f64 + 5.0;
+    eprintln!(
+        "accuracy: {} shapers x {} rates, {:.0} s warm-up + {:.0} s window each; this run stops by itself within {:.0} s",
+        shapers.len(), rates.len(), args.warmup, args.window, bound
+    );
+    let deadline = Instant::now() + Duration::from_secs_f64(bound);
+
+    let mut lab = Lab::new("acc").map_err(|e| match e {
+        LabError::NotRoot => {
+            anyhow::anyhow!("{e} (or use `scripts/bench-smoke`, which skips this when not root)")
+        }
+        e => e.into(),
+    })?;
+    let (na, nr, nb) = build_lab(&mut lab)?;
+
+    let mut progress = Progress::new("accuracy", rows_n as u64);
+    let mut rows = Vec::new();
+    for &shaper in &shapers {
+        prepare_middle(&lab, &nr, shaper)?;
+        for &rate in &rates {
+            if stop_requested() || Instant::now() > deadline {
+                break;
+            }
+            progress.step(&format!("{} at {}", shaper.name(), tc_rate(rate)));
+            let row = measure(
+                &mut lab,
+                &args,
+                cakewalk.as_deref(),
+                (&na, &nr, &nb),
+                shaper,
+                rate,
+            )
+            .unwrap_or_else(|e| Row {
+                shaper,
+                configured: rate,
+                measured: None,
+                offered: None,
+                note: format!("failed: {e:#}"),
+            });
+            progress.println(&format!(
+                "{:<26} {:>9}  measured {:>10} Mbit/s  error {:>8}  offered {:>10} Mbit/s {}",
+                shaper.name(),
+                tc_rate(rate),
+                row.measured
+                    .map_or("-".into(), |m| format!("{:.3}", m / 1e6)),
+                row.error_pct().map_or("-".into(), |e| format!("{e:+.3}%")),
+                row.offered
+                    .map_or("-".into(), |m| format!("{:.1}", m / 1e6)),
+                row.note
+            ));
+            rows.push(row);
+            progress.inc();
+        }
+    }
+    progress.finish();
+    drop(lab);
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        bail!("interrupted; namespaces removed, no results written");
+    }
+    write_results(&args, &rates, &rows)
+}
+
+/// Builds `a — ra [r] rb — b`: both veths created inside `r` and `a`/`b`, never in the root
+/// namespace. Static neighbour entries so no ARP has to cross a saturated shaper.
+fn build_lab(lab: &mut Lab) -> Result<(String, String, String)> {
+    let na = lab.add_ns("a")?;
+    let nr = lab.add_ns("r")?;
+    let nb = lab.add_ns("b")?;
+    lab.veth(&nr, "ra", &na, "eth0", 1)?;
+    lab.veth(&nr, "rb", &nb, "eth0", 1)?;
+    lab.addr(&na, "eth0", "198.18.0.1/24")?;
+    lab.addr(&nb, "eth0", "198.18.0.2/24")?;
+    let mac = |ns: &str| -> Result<String> {
+        let out = lab.exec(ns, &["cat", "/sys/class/net/eth0/address"])?;
+        Ok(out.trim().to_string())
+    };
+    let (ma, mb) = (mac(&na)?, mac(&nb)?);
+    lab.exec(
+        &na,
+        &[
+            "ip",
+            "neigh",
+            "replace",
+            IP_B,
+            "lladdr",
+            &mb,
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ],
+    )?;
+    lab.exec(
+        &nb,
+        &[
+            "ip",
+            "neigh",
+            "replace",
+            "198.18.0.1",
+            "lladdr",
+            &ma,
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ],
+    )?;
+    Ok((na, nr, nb))
+}
+
+fn start_servers(lab: &mut Lab, nb: &str, n: u16) -> Result<Vec<usize>> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        let port = (5201 + i).to_string();
+        v.push(lab.spawn(nb, &["iperf3", "-s", "-p", &port, "-B", IP_B], false)?);
+    }
+    sleep_unless_stopped(Duration::from_millis(200))?;
+    Ok(v)
+}
+
+/// Puts a kernel bridge between ra and rb for kernel rows, or removes it for cakewalk.
+fn prepare_middle(lab: &Lab, nr: &str, shaper: Shaper) -> Result<(), LabError> {
+    let has_bridge = lab.exec(nr, &["ip", "link", "show", "br0"]).is_ok();
+    match shaper {
+        Shaper::Htb | Shaper::Tbf if !has_bridge => {
+            lab.exec(nr, &["ip", "link", "add", "br0", "type", "bridge"])?;
+            lab.exec(nr, &["ip", "link", "set", "ra", "master", "br0"])?;
+            lab.exec(nr, &["ip", "link", "set", "rb", "master", "br0"])?;
+            lab.exec(nr, &["ip", "link", "set", "br0", "up"])?;
+        }
+        Shaper::Cake if has_bridge => {
+            lab.exec(nr, &["ip", "link", "del", "br0"])?;
+            let _ = lab.tc(nr, &["qdisc", "del", "dev", "rb", "root"]);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn kernel_qdisc(lab: &Lab, nr: &str, shaper: Shaper, rate: u64) -> Result<(), LabError> {
+    let r = tc_rate(rate);
+    let _ = lab.tc(nr, &["qdisc", "del", "dev", "rb", "root"]);
+    match shaper {
+        Shaper::Htb => {
+            lab.tc(
+                nr,
+                &[
+                    "qdisc", "add", "dev", "rb", "root", "handle", "1:", "htb", "default", "10",
+                ],
+            )?;
+            lab.tc(
+                nr,
+                &[
+                    "class", "add", "dev", "rb", "parent", "1:", "classid", "1:10", "htb", "rate",
+                    &r, "ceil", &r,
+                ],
+            )
+        }
+        Shaper::Tbf => {
+            // Burst: at least one jiffy of traffic at the rate (tc-tbf(8)) and 10 frames.
+            let burst = (rate / 8 / 1000).max(15_140).to_string();
+            lab.tc(
+                nr,
+                &[
+                    "qdisc", "add", "dev", "rb", "root", "tbf", "rate", &r, "burst", &burst,
+                    "latency", "50ms",
+                ],
+            )
+        }
+        Shaper::Cake => Ok(()),
+    }
+}
+
+fn measure(
+    lab: &mut Lab,
+    args: &Args,
+    cakewalk: Option<&std::path::Path>,
+    (na, nr, nb): (&str, &str, &str),
+    shaper: Shaper,
+    rate: u64,
+) -> Result<Row> {
+    let mut mid = None;
+    match shaper {
+        Shaper::Htb | Shaper::Tbf => kernel_qdisc(lab, nr, shaper, rate)?,
+        Shaper::Cake => {
+            let bin = cakewalk.context("no cakewalk binary")?;
+            let bin = bin.to_string_lossy().into_owned();
+            let r = tc_rate(rate);
+            let mut cmd: Vec<String> = vec![
+                bin,
+                "run".into(),
+                "--port-kind".into(),
+                "afpacket".into(),
+                "--iface".into(),
+                "ra".into(),
+                "--iface".into(),
+                "rb".into(),
+                "--rate".into(),
+                r,
+            ];
+            if let Some(extra) = &args.cakewalk_args {
+                cmd.extend(extra.split_whitespace().map(String::from));
+            }
+            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            let idx = lab.spawn(nr, &refs, false)?;
+            sleep_unless_stopped(Duration::from_millis(700))?;
+            if let Ok(Some(status)) = lab.child(idx).try_wait() {
+                let (_, err) = lab
+                    .finish(idx, Duration::from_millis(10))
+                    .unwrap_or_default();
+                bail!("cakewalk exited at start ({status}): {}", err.trim());
+            }
+            mid = Some(idx);
+        }
+    }
+    let streams = match args.streams {
+        0 if rate >= 500_000_000 => 2,
+        0 => 1,
+        n => n.min(4),
+    };
+    let total = args.warmup + args.window;
+    // Fresh servers per row: an iperf3 server stays busy with a killed client's test.
+    let servers = start_servers(lab, nb, streams as u16)?;
+    let sampler = Sampler::start(
+        lab,
+        nr,
+        &["ra", "rb"],
+        Duration::from_millis(100),
+        Duration::from_secs_f64(total + 0.3),
+    )?;
+    let per_stream = ((rate as f64 * args.offer) / streams as f64).round() as u64;
+    let secs = format!("{}", (total + 1.0).ceil() as u64);
+    let len = args.len.to_string();
+    let bw = per_stream.to_string();
+    let mut clients = Vec::new();
+    for i in 0..streams {
+        let port = (5201 + i).to_string();
+        clients.push(lab.spawn(
+            na,
+            &[
+                "iperf3", "-c", IP_B, "-p", &port, "-u", "-b", &bw, "-l", &len, "-t", &secs,
+            ],
+            false,
+        )?);
+    }
+    let samples = sampler.collect(lab, Duration::from_secs_f64(total + 3.0));
+    for c in clients.into_iter().chain(servers) {
+        lab.kill(c);
+    }
+    let mut note = String::new();
+    if let Some(idx) = mid {
+        if let Ok(Some(status)) = lab.child(idx).try_wait() {
+            note = format!("cakewalk exited during the run ({status})");
+        }
+        lab.kill(idx);
+    }
+    let samples = samples?;
+    let from = Duration::from_secs_f64(args.warmup);
+    let to = Duration::from_secs_f64(total);
+    let measured = rate_bps(&samples, "rb", Counter::TxBytes, from, to);
+    let offered = rate_bps(&samples, "ra", Counter::RxBytes, from, to);
+    if let Some(o) = offered {
+        if o < rate as f64 * 1.02 {
+            note = format!("{note} offered load did not exceed the rate: not saturated");
+        }
+    }
+    if measured.is_none() {
+        note = format!("{note} no samples in the window");
+    }
+    Ok(Row {
+        shaper,
+        configured: rate,
+        measured,
+        offered,
+        note: note.trim().to_string(),
+    })
+}
+
+fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
+    let root = repo_root();
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("benches/results"));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let mut t = Table::new(&[
+        "shaper",
+        "configured",
+        "measured Mbit/s",
+        "error %",
+        "offered Mbit/s",
+        "note",
+    ]);
+    for r in rows {
+        t.push(vec![
+            r.shaper.name().into(),
+            tc_rate(r.configured),
+            r.measured.map_or("-".into(), |m| format!("{:.3}", m / 1e6)),
+            r.error_pct().map_or("-".into(), |e| format!("{e:+.3}")),
+            r.offered.map_or("-".into(), |m| format!("{:.1}", m / 1e6)),
+            r.note.clone(),
+        ]);
+    }
+    let stem = if args.smoke {
+        "accuracy-smoke"
+    } else {
+        "accuracy"
+    };
+    let png = out.join(format!("{stem}.png"));
+    let mut series = Vec::new();
+    for s in [Shaper::Htb, Shaper::Tbf, Shaper::Cake] {
+        let points: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r.shaper == s)
+            .filter_map(|r| r.error_pct().map(|e| (r.configured as f64 / 1e6, e)))
+            .collect();
+        if !points.is_empty() {
+            series.push(Series {
+                name: s.name().into(),
+                points,
+            });
+        }
+    }
+    let drawn = line_chart(
+        &png,
+        "Shaping accuracy: delivered vs configured (veth, UDP at 1.5x)",
+        "configured rate (Mbit/s, log)",
+        "error (%)",
+        &series,
+        true,
+    )?;
+    let cmd = format!(
+        "sudo target/release/accuracy --rates {} --only {:?} --warmup {} --window {}",
+        rates
+            .iter()
+            .map(|&r| tc_rate(r))
+            .collect::<Vec<_>>()
+            .join(","),
+        args.only,
+        args.warmup,
+        args.window
+    )
+    .to_lowercase();
+    let body = format!(
+        "## Shaping accuracy (`benches/src/bin/accuracy.rs`)\n\n\
+         {} on {} (load average at the end: {}). Command: `{cmd}`.\n\
+         UDP ({}-byte payloads) offered at {}x the configured rate from a namespace through \
+         the shaper on a veth; *measured* is the shaper's egress veth `tx_bytes` (L2 frames, \
+         no FCS, as HTB/TBF and CAKE `raw` count them) over a {} s window after {} s of warm-up. \
+         Error = measured / configured - 1. Goal G9: |error| <= 0.1 % and never above HTB's.\n\n\
+         {}\n![accuracy](benches/results/{stem}.png){}\n",
+        utc_now(),
+        machine_line(),
+        load_average(),
+        args.len,
+        args.offer,
+        args.window,
+        args.warmup,
+        t.to_markdown(),
+        if drawn == cakewalk_benches::plot::Drawn::WithoutText {
+            " (drawn without text: no font found)"
+        } else {
+            ""
+        },
+    );
+    let md = out.join(format!("{stem}.md"));
+    std::fs::write(&md, &body).with_context(|| format!("writing {}", md.display()))?;
+    println!("{body}");
+    if !args.no_benchmarks_md {
+        let bm = root.join("BENCHMARKS.md");
+        update_section(&bm, "accuracy", &body)
+            .with_context(|| format!("updating {}", bm.display()))?;
+        eprintln!(
+            "wrote {}, {} and the accuracy section of {}",
+            md.display(),
+            png.display(),
+            bm.display()
+        );
+    } else {
+        eprintln!("wrote {} and {}", md.display(), png.display());
+    }
+    Ok(())
+}

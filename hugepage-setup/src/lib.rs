@@ -1,1 +1,931 @@
-//! TODO
+//! Reserve hugepages per NUMA node, mount hugetlbfs, report what is reserved, and release it.
+//!
+//! The work is split in three so that it can be tested on fake trees without root:
+//! [`Snapshot::read`] reads the state (the per-node pools under
+//! `sys/devices/system/node/node*/hugepages/hugepages-<size>kB/`, falling back to the global
+//! `sys/kernel/mm/hugepages/` on kernels without NUMA, and the hugetlbfs mounts in
+//! `proc/mounts`); [`plan`] is a pure function from that snapshot and a [`Request`] to a list of
+//! [`Action`]s (empty when there is nothing to do, which makes every command idempotent); and
+//! [`apply`] carries them out through a [`System`] (the real one, or a fake in tests) and checks
+//! that the kernel gave what was asked. All paths hang off a configurable root.
+//!
+//! It does not bind NICs or start DPDK; `cakewalk preflight` checks the whole box.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+mod sys;
+pub use sys::RealSystem;
+
+/// A hugepage size, in KiB as the kernel names its pools (`hugepages-2048kB`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PageSize {
+    /// Size in KiB.
+    pub kib: u64,
+}
+
+impl PageSize {
+    /// 2 MiB pages.
+    pub const TWO_MB: PageSize = PageSize { kib: 2048 };
+    /// 1 GiB pages.
+    pub const ONE_GB: PageSize = PageSize { kib: 1_048_576 };
+
+    /// The kernel's directory name for this size.
+    pub fn dir_name(self) -> String {
+        format!("hugepages-{}kB", self.kib)
+    }
+
+    /// Short form for mount options and messages ("2M", "1G").
+    pub fn short(self) -> String {
+        if self.kib.is_multiple_of(1024 * 1024) {
+            format!("{}G", self.kib / (1024 * 1024))
+        } else if self.kib.is_multiple_of(1024) {
+            format!("{}M", self.kib / 1024)
+        } else {
+            format!("{}K", self.kib)
+        }
+    }
+}
+
+impl fmt::Display for PageSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.short())
+    }
+}
+
+impl std::str::FromStr for PageSize {
+    type Err = Error;
+
+    /// Parses "2M", "2MB", "2048kB", "1G", "1GB" (case-insensitive).
+    fn from_str(s: &str) -> Result<PageSize, Error> {
+        let t = s.trim().to_ascii_lowercase();
+        let t = t.strip_suffix('b').unwrap_or(&t);
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let bad = || Error::BadSize(s.to_owned());
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        let kib = match unit {
+            "k" => n,
+            "m" => n * 1024,
+            "g" => n * 1024 * 1024,
+            _ => return Err(bad()),
+        };
+        if kib == 0 {
+            return Err(bad());
+        }
+        Ok(PageSize { kib })
+    }
+}
+
+/// What can go wrong, each with what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Not a page size.
+    #[error("page size '{0}' is not a size; try '2M' or '1G'")]
+    BadSize(String),
+    /// The kernel has no pool of this size.
+    #[error("this kernel offers no {size} hugepages (it has: {available}); try --size {suggest}")]
+    UnsupportedSize {
+        /// Asked for.
+        size: PageSize,
+        /// What exists.
+        available: String,
+        /// The first size that exists.
+        suggest: String,
+    },
+    /// No such NUMA node.
+    #[error(
+        "NUMA node {node} does not exist (nodes: {nodes}); pick one of them or leave out --node"
+    )]
+    NoSuchNode {
+        /// Asked for.
+        node: u32,
+        /// What exists.
+        nodes: String,
+    },
+    /// No hugepage support at all under the root.
+    #[error(
+        "no hugepage pools under {0}: the kernel lacks CONFIG_HUGETLBFS or /sys is not mounted"
+    )]
+    NoHugepageSupport(PathBuf),
+    /// Changing the reservation needs root.
+    #[error("changing hugepage reservations needs root: run `sudo hugepage-setup {0}`")]
+    NotRoot(String),
+    /// The kernel reserved fewer pages than asked.
+    #[error(
+        "asked for {asked}, kernel reserved {got} ({size} pages{node}): memory is fragmented; \
+         try fewer pages or reboot-time hugepages (hugepages={asked} on the kernel command line)"
+    )]
+    Fragmented {
+        /// Pages asked for.
+        asked: u64,
+        /// Pages the kernel reserved.
+        got: u64,
+        /// Page size.
+        size: PageSize,
+        /// " on node K" or "".
+        node: String,
+    },
+    /// A file could not be read or written.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// "reading" / "writing" / "mounting hugetlbfs at".
+        action: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// One hugepage pool: a page size on a node (or the global pool when `node` is `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pool {
+    /// NUMA node, `None` for the global pool of a kernel without per-node pools.
+    pub node: Option<u32>,
+    /// Page size.
+    pub size: PageSize,
+    /// Pages reserved (`nr_hugepages`).
+    pub reserved: u64,
+    /// Pages reserved and not in use (`free_hugepages`).
+    pub free: u64,
+    /// The `nr_hugepages` file, relative to the root.
+    pub nr_path: PathBuf,
+}
+
+/// A mounted hugetlbfs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// Mount point.
+    pub target: PathBuf,
+    /// Page size from the `pagesize=` option, if given.
+    pub pagesize: Option<PageSize>,
+}
+
+/// What the kernel says now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Snapshot {
+    /// Pools, per node when the kernel has nodes, sorted by node then size.
+    pub pools: Vec<Pool>,
+    /// hugetlbfs mounts.
+    pub mounts: Vec<Mount>,
+    /// The default hugepage size (`Hugepagesize:` in `proc/meminfo`), if known.
+    pub default_size: Option<PageSize>,
+}
+
+fn read_u64(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn parse_size_dir(name: &str) -> Option<PageSize> {
+    let kib = name
+        .strip_prefix("hugepages-")?
+        .strip_suffix("kB")?
+        .parse()
+        .ok()?;
+    Some(PageSize { kib })
+}
+
+fn read_pools(dir: &Path, node: Option<u32>, root: &Path, out: &mut Vec<Pool>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(size) = parse_size_dir(&name) else {
+            continue;
+        };
+        let p = e.path();
+        let nr_path = p.join("nr_hugepages");
+        out.push(Pool {
+            node,
+            size,
+            reserved: read_u64(&nr_path).unwrap_or(0),
+            free: read_u64(&p.join("free_hugepages")).unwrap_or(0),
+            nr_path: nr_path.strip_prefix(root).unwrap_or(&nr_path).to_path_buf(),
+        });
+    }
+}
+
+impl Snapshot {
+    /// Reads the hugepage state under `root` ("/" on a real system).
+    ///
+    /// # Errors
+    /// [`Error::NoHugepageSupport`] when there is no pool at all.
+    pub fn read(root: &Path) -> Result<Snapshot, Error> {
+        let mut pools = Vec::new();
+        let nodes_dir = root.join("sys/devices/system/node");
+        if let Ok(entries) = std::fs::read_dir(&nodes_dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(node) = name
+                    .strip_prefix("node")
+                    .and_then(|n| n.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                read_pools(&e.path().join("hugepages"), Some(node), root, &mut pools);
+            }
+        }
+        if pools.is_empty() {
+            read_pools(
+                &root.join("sys/kernel/mm/hugepages"),
+                None,
+                root,
+                &mut pools,
+            );
+        }
+        if pools.is_empty() {
+            return Err(Error::NoHugepageSupport(
+                root.join("sys/kernel/mm/hugepages"),
+            ));
+        }
+        pools.sort_by_key(|p| (p.node, p.size));
+        let mounts = std::fs::read_to_string(root.join("proc/mounts"))
+            .map(|m| parse_mounts(&m))
+            .unwrap_or_default();
+        let default_size = std::fs::read_to_string(root.join("proc/meminfo"))
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("Hugepagesize:"))
+                    .and_then(|v| v.trim().strip_suffix("kB"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .map(|kib| PageSize { kib })
+            });
+        Ok(Snapshot {
+            pools,
+            mounts,
+            default_size,
+        })
+    }
+
+    /// The NUMA nodes that have pools (empty for a kernel with only the global pool).
+    pub fn nodes(&self) -> Vec<u32> {
+        let mut n: Vec<u32> = self.pools.iter().filter_map(|p| p.node).collect();
+        n.dedup();
+        n
+    }
+
+    /// The page sizes the kernel offers.
+    pub fn sizes(&self) -> Vec<PageSize> {
+        let mut s: Vec<PageSize> = self.pools.iter().map(|p| p.size).collect();
+        s.sort();
+        s.dedup();
+        s
+    }
+
+    /// The mount serving pages of `size`, if any.
+    pub fn mount_for(&self, size: PageSize) -> Option<&Mount> {
+        self.mounts
+            .iter()
+            .find(|m| m.pagesize.or(self.default_size) == Some(size))
+    }
+}
+
+/// Parses `/proc/mounts` lines, keeping hugetlbfs ones.
+fn parse_mounts(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_src, target, fstype, opts) = (f.next()?, f.next()?, f.next()?, f.next()?);
+            if fstype != "hugetlbfs" {
+                return None;
+            }
+            let pagesize = opts
+                .split(',')
+                .find_map(|o| o.strip_prefix("pagesize="))
+                .and_then(|v| v.parse().ok());
+            Some(Mount {
+                target: PathBuf::from(target),
+                pagesize,
+            })
+        })
+        .collect()
+}
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Make sure at least `pages` pages of `size` are reserved on `node` (every node when
+    /// `None`), and a hugetlbfs for that size is mounted.
+    Reserve {
+        /// Pages per node.
+        pages: u64,
+        /// Page size.
+        size: PageSize,
+        /// One node, or all.
+        node: Option<u32>,
+    },
+    /// Set the reservation of `size` (every size when `None`) on `node` (all when `None`) to 0.
+    Release {
+        /// Page size, or all.
+        size: Option<PageSize>,
+        /// One node, or all.
+        node: Option<u32>,
+    },
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Write `to` into the pool's `nr_hugepages` (relative to the root).
+    SetPages {
+        /// The `nr_hugepages` file.
+        path: PathBuf,
+        /// Node, for messages.
+        node: Option<u32>,
+        /// Page size, for messages.
+        size: PageSize,
+        /// Pages now.
+        from: u64,
+        /// Pages wanted.
+        to: u64,
+    },
+    /// Mount a hugetlbfs at `target` for pages of `size`.
+    Mount {
+        /// Mount point (absolute; created if missing).
+        target: PathBuf,
+        /// Page size.
+        size: PageSize,
+    },
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::SetPages {
+                path,
+                node,
+                size,
+                from,
+                to,
+            } => {
+                let n = node
+                    .map(|n| format!("node {n}"))
+                    .unwrap_or_else(|| "all nodes".into());
+                write!(
+                    f,
+                    "set {size} pages on {n}: {from} -> {to} (echo {to} > /{})",
+                    path.display()
+                )
+            }
+            Action::Mount { target, size } => write!(
+                f,
+                "mount hugetlbfs at {} (mount -t hugetlbfs -o pagesize={size} nodev {})",
+                target.display(),
+                target.display()
+            ),
+        }
+    }
+}
+
+/// Where a hugetlbfs for `size` is mounted when we mount it: `/dev/hugepages` for the default
+/// size (where systemd and DPDK look), `/dev/hugepages-<size>` for another.
+pub fn mount_point(snap: &Snapshot, size: PageSize) -> PathBuf {
+    if snap.default_size.is_none_or(|d| d == size) {
+        PathBuf::from("/dev/hugepages")
+    } else {
+        PathBuf::from(format!("/dev/hugepages-{}", size.short()))
+    }
+}
+
+/// Turns a request into the actions that carry it out; no action when the state already
+/// matches (reserve never lowers a reservation).
+///
+/// # Errors
+/// [`Error::UnsupportedSize`] and [`Error::NoSuchNode`] for sizes and nodes the snapshot lacks.
+pub fn plan(snap: &Snapshot, req: &Request) -> Result<Vec<Action>, Error> {
+    let check_node = |node: Option<u32>| -> Result<(), Error> {
+        if let Some(n) = node {
+            let nodes = snap.nodes();
+            if !nodes.contains(&n) {
+                return Err(Error::NoSuchNode {
+                    node: n,
+                    nodes: if nodes.is_empty() {
+                        "none; this kernel has one global pool".into()
+                    } else {
+                        nodes
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                });
+            }
+        }
+        Ok(())
+    };
+    let check_size = |size: PageSize| -> Result<(), Error> {
+        let sizes = snap.sizes();
+        if !sizes.contains(&size) {
+            return Err(Error::UnsupportedSize {
+                size,
+                available: sizes
+                    .iter()
+                    .map(|s| s.short())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                suggest: sizes
+                    .first()
+                    .map(|s| s.short())
+                    .unwrap_or_else(|| "2M".into()),
+            });
+        }
+        Ok(())
+    };
+    let mut actions = Vec::new();
+    match *req {
+        Request::Reserve { pages, size, node } => {
+            check_size(size)?;
+            check_node(node)?;
+            for p in &snap.pools {
+                if p.size == size && (node.is_none() || p.node == node) && p.reserved < pages {
+                    actions.push(Action::SetPages {
+                        path: p.nr_path.clone(),
+                        node: p.node,
+                        size,
+                        from: p.reserved,
+                        to: pages,
+                    });
+                }
+            }
+            if pages > 0 && snap.mount_for(size).is_none() {
+                actions.push(Action::Mount {
+                    target: mount_point(snap, size),
+                    size,
+                });
+            }
+        }
+        Request::Release { size, node } => {
+            if let Some(s) = size {
+                check_size(s)?;
+            }
+            check_node(node)?;
+            for p in &snap.pools {
+                if size.is_none_or(|s| s == p.size)
+                    && (node.is_none() || p.node == node)
+                    && p.reserved > 0
+                {
+                    actions.push(Action::SetPages {
+                        path: p.nr_path.clone(),
+                        node: p.node,
+                        size: p.size,
+                        from: p.reserved,
+                        to: 0,
+                    });
+                }
+            }
+        }
+    }
+    Ok(actions)
+}
+
+/// The operations [`apply`] needs from the machine, so tests can fake the kernel.
+pub trait System {
+    /// Reads a file under the root.
+    fn read(&self, rel: &Path) -> io::Result<String>;
+    /// Writes a file under the root.
+    fn write(&mut self, rel: &Path, value: &str) -> io::Result<()>;
+    /// Mounts a hugetlbfs for `size` at `target` (creating the directory).
+    fn mount_hugetlbfs(&mut self, target: &Path, size: PageSize) -> io::Result<()>;
+    /// True when the process may change reservations.
+    fn is_root(&self) -> bool;
+}
+
+/// What [`apply`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outcome {
+    /// One line per action done.
+    pub done: Vec<String>,
+}
+
+/// Carries out `actions`, then re-reads every pool it changed and fails when the kernel gave
+/// fewer pages than asked. `command` is the command line to suggest with sudo.
+///
+/// # Errors
+/// [`Error::NotRoot`] (only when there is something to change), [`Error::Io`],
+/// [`Error::Fragmented`].
+pub fn apply(sys: &mut dyn System, actions: &[Action], command: &str) -> Result<Outcome, Error> {
+    let mut out = Outcome::default();
+    if actions.is_empty() {
+        return Ok(out);
+    }
+    if !sys.is_root() {
+        return Err(Error::NotRoot(command.to_owned()));
+    }
+    for a in actions {
+        match a {
+            Action::SetPages {
+                path,
+                node,
+                size,
+                to,
+                ..
+            } => {
+                sys.write(path, &format!("{to}\n"))
+                    .map_err(|source| Error::Io {
+                        action: "writing",
+                        path: path.clone(),
+                        source,
+                    })?;
+                let got = sys
+                    .read(path)
+                    .map_err(|source| Error::Io {
+                        action: "reading",
+                        path: path.clone(),
+                        source,
+                    })?
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
+                if got < *to {
+                    return Err(Error::Fragmented {
+                        asked: *to,
+                        got,
+                        size: *size,
+                        node: node.map(|n| format!(" on node {n}")).unwrap_or_default(),
+                    });
+                }
+            }
+            Action::Mount { target, size } => {
+                sys.mount_hugetlbfs(target, *size)
+                    .map_err(|source| Error::Io {
+                        action: "mounting hugetlbfs at",
+                        path: target.clone(),
+                        source,
+                    })?;
+            }
+        }
+        out.done.push(a.to_string());
+    }
+    Ok(out)
+}
+
+/// Renders the snapshot as a table: one line per pool, then the mounts.
+pub fn status_table(snap: &Snapshot) -> String {
+    let mut s = format!(
+        "{:<8} {:>6} {:>10} {:>10} {:>10}\n",
+        "node", "size", "reserved", "free", "in use"
+    );
+    for p in &snap.pools {
+        let node = p
+            .node
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "all".into());
+        s += &format!(
+            "{:<8} {:>6} {:>10} {:>10} {:>10}\n",
+            node,
+            p.size.short(),
+            p.reserved,
+            p.free,
+            p.reserved.saturating_sub(p.free)
+        );
+    }
+    if snap.mounts.is_empty() {
+        s += "hugetlbfs: not mounted (`hugepage-setup reserve --pages N` mounts /dev/hugepages)\n";
+    }
+    for m in &snap.mounts {
+        let size = m
+            .pagesize
+            .or(snap.default_size)
+            .map(|p| p.short())
+            .unwrap_or_else(|| "?".into());
+        s += &format!("hugetlbfs: {} (pagesize {size})\n", m.target.display());
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A fake sysfs tree: `nodes` NUMA nodes with 2M and 1G pools, given counts.
+    fn tree(nodes: u32, reserved_2m: u64, mounted: bool) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        for n in 0..nodes {
+            for size in ["hugepages-2048kB", "hugepages-1048576kB"] {
+                let d = t
+                    .path()
+                    .join(format!("sys/devices/system/node/node{n}/hugepages/{size}"));
+                std::fs::create_dir_all(&d).unwrap();
+                let r = if size.starts_with("hugepages-2048") {
+                    reserved_2m
+                } else {
+                    0
+                };
+                std::fs::write(d.join("nr_hugepages"), format!("{r}\n")).unwrap();
+                std::fs::write(d.join("free_hugepages"), format!("{r}\n")).unwrap();
+            }
+        }
+        std::fs::create_dir_all(t.path().join("proc")).unwrap();
+        let mounts = if mounted {
+            "hugetlbfs /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0\n"
+        } else {
+            "proc /proc proc rw 0 0\n"
+        };
+        std::fs::write(t.path().join("proc/mounts"), mounts).unwrap();
+        std::fs::write(
+            t.path().join("proc/meminfo"),
+            "MemTotal: 1 kB\nHugepagesize:    2048 kB\n",
+        )
+        .unwrap();
+        t
+    }
+
+    /// A kernel that gives at most `cap` pages per pool and records mounts.
+    struct FakeKernel {
+        root: PathBuf,
+        cap: u64,
+        root_user: bool,
+        mounts: Vec<PathBuf>,
+        writes: HashMap<PathBuf, String>,
+    }
+
+    impl System for FakeKernel {
+        fn read(&self, rel: &Path) -> io::Result<String> {
+            std::fs::read_to_string(self.root.join(rel))
+        }
+        fn write(&mut self, rel: &Path, value: &str) -> io::Result<()> {
+            let asked: u64 = value.trim().parse().unwrap();
+            self.writes.insert(rel.to_path_buf(), value.to_owned());
+            std::fs::write(self.root.join(rel), format!("{}\n", asked.min(self.cap)))
+        }
+        fn mount_hugetlbfs(&mut self, target: &Path, _size: PageSize) -> io::Result<()> {
+            self.mounts.push(target.to_path_buf());
+            Ok(())
+        }
+        fn is_root(&self) -> bool {
+            self.root_user
+        }
+    }
+
+    fn kernel(t: &tempfile::TempDir, cap: u64) -> FakeKernel {
+        FakeKernel {
+            root: t.path().into(),
+            cap,
+            root_user: true,
+            mounts: vec![],
+            writes: HashMap::new(),
+        }
+    }
+
+    const RESERVE_512: Request = Request::Reserve {
+        pages: 512,
+        size: PageSize::TWO_MB,
+        node: None,
+    };
+
+    #[test]
+    fn page_sizes_parse_in_the_usual_spellings() {
+        for (s, kib) in [
+            ("2M", 2048),
+            ("2mb", 2048),
+            ("2048kB", 2048),
+            ("1G", 1_048_576),
+            ("1GB", 1_048_576),
+        ] {
+            assert_eq!(s.parse::<PageSize>().unwrap().kib, kib, "{s}");
+        }
+        let err = "2X".parse::<PageSize>().unwrap_err().to_string();
+        assert!(err.contains("'2X'") && err.contains("try '2M'"), "{err}");
+    }
+
+    #[test]
+    fn snapshot_reads_per_node_pools_and_mounts() {
+        let t = tree(2, 64, true);
+        let s = Snapshot::read(t.path()).unwrap();
+        assert_eq!(s.nodes(), vec![0, 1]);
+        assert_eq!(s.sizes(), vec![PageSize::TWO_MB, PageSize::ONE_GB]);
+        assert_eq!(s.pools[0].reserved, 64);
+        assert_eq!(s.default_size, Some(PageSize::TWO_MB));
+        assert!(s.mount_for(PageSize::TWO_MB).is_some());
+        assert!(s.mount_for(PageSize::ONE_GB).is_none());
+    }
+
+    #[test]
+    fn snapshot_falls_back_to_the_global_pool_without_numa() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("sys/kernel/mm/hugepages/hugepages-2048kB");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("nr_hugepages"), "8\n").unwrap();
+        std::fs::write(d.join("free_hugepages"), "8\n").unwrap();
+        let s = Snapshot::read(t.path()).unwrap();
+        assert_eq!(s.pools.len(), 1);
+        assert_eq!(s.pools[0].node, None);
+        let plan = plan(&s, &RESERVE_512).unwrap();
+        assert!(
+            matches!(&plan[0], Action::SetPages { path, to: 512, .. } if path.ends_with("hugepages-2048kB/nr_hugepages"))
+        );
+    }
+
+    #[test]
+    fn reserve_plans_every_node_and_a_mount() {
+        let t = tree(2, 0, false);
+        let s = Snapshot::read(t.path()).unwrap();
+        let p = plan(&s, &RESERVE_512).unwrap();
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(matches!(
+            p[0],
+            Action::SetPages {
+                node: Some(0),
+                to: 512,
+                ..
+            }
+        ));
+        assert!(matches!(
+            p[1],
+            Action::SetPages {
+                node: Some(1),
+                to: 512,
+                ..
+            }
+        ));
+        assert_eq!(
+            p[2],
+            Action::Mount {
+                target: "/dev/hugepages".into(),
+                size: PageSize::TWO_MB
+            }
+        );
+    }
+
+    #[test]
+    fn reserve_on_one_node_touches_only_that_node() {
+        let t = tree(2, 0, true);
+        let s = Snapshot::read(t.path()).unwrap();
+        let p = plan(
+            &s,
+            &Request::Reserve {
+                pages: 8,
+                size: PageSize::TWO_MB,
+                node: Some(1),
+            },
+        )
+        .unwrap();
+        assert_eq!(p.len(), 1);
+        assert!(matches!(p[0], Action::SetPages { node: Some(1), .. }));
+    }
+
+    #[test]
+    fn reserving_what_is_already_there_plans_nothing() {
+        let t = tree(1, 512, true);
+        let s = Snapshot::read(t.path()).unwrap();
+        assert!(plan(&s, &RESERVE_512).unwrap().is_empty());
+        let more = tree(1, 1024, true);
+        let s = Snapshot::read(more.path()).unwrap();
+        assert!(
+            plan(&s, &RESERVE_512).unwrap().is_empty(),
+            "reserve never lowers"
+        );
+    }
+
+    #[test]
+    fn applying_twice_is_idempotent() {
+        let t = tree(2, 0, false);
+        let mut k = kernel(&t, u64::MAX);
+        let p = plan(&Snapshot::read(t.path()).unwrap(), &RESERVE_512).unwrap();
+        let out = apply(&mut k, &p, "reserve --pages 512").unwrap();
+        assert_eq!(out.done.len(), 3);
+        // The fake kernel does not list its mounts, so mark it mounted as a real one would.
+        std::fs::write(
+            t.path().join("proc/mounts"),
+            "hugetlbfs /dev/hugepages hugetlbfs rw 0 0\n",
+        )
+        .unwrap();
+        let again = plan(&Snapshot::read(t.path()).unwrap(), &RESERVE_512).unwrap();
+        assert!(again.is_empty(), "{again:?}");
+    }
+
+    #[test]
+    fn a_short_reservation_says_memory_is_fragmented() {
+        let t = tree(1, 0, true);
+        let mut k = kernel(&t, 300);
+        let p = plan(&Snapshot::read(t.path()).unwrap(), &RESERVE_512).unwrap();
+        let err = apply(&mut k, &p, "reserve --pages 512")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("asked for 512, kernel reserved 300")
+                && err.contains("memory is fragmented; try fewer pages or reboot-time hugepages"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn changing_reservations_needs_root_but_a_no_op_does_not() {
+        let t = tree(1, 0, true);
+        let mut k = kernel(&t, u64::MAX);
+        k.root_user = false;
+        let p = plan(&Snapshot::read(t.path()).unwrap(), &RESERVE_512).unwrap();
+        let err = apply(&mut k, &p, "reserve --pages 512")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("needs root") && err.contains("sudo hugepage-setup reserve --pages 512"),
+            "{err}"
+        );
+        assert!(apply(&mut k, &[], "status").is_ok());
+    }
+
+    #[test]
+    fn release_zeroes_only_reserved_pools() {
+        let t = tree(2, 16, true);
+        let s = Snapshot::read(t.path()).unwrap();
+        let p = plan(
+            &s,
+            &Request::Release {
+                size: None,
+                node: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(p.len(), 2, "only the two 2M pools hold pages: {p:?}");
+        let mut k = kernel(&t, u64::MAX);
+        apply(&mut k, &p, "release").unwrap();
+        let s = Snapshot::read(t.path()).unwrap();
+        assert!(s.pools.iter().all(|p| p.reserved == 0));
+        assert!(plan(
+            &s,
+            &Request::Release {
+                size: None,
+                node: None
+            }
+        )
+        .unwrap()
+        .is_empty());
+    }
+
+    #[test]
+    fn unknown_sizes_and_nodes_are_refused_with_the_choices() {
+        let t = tree(1, 0, true);
+        let s = Snapshot::read(t.path()).unwrap();
+        let e = plan(
+            &s,
+            &Request::Reserve {
+                pages: 1,
+                size: PageSize { kib: 64 },
+                node: None,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("offers no 64K hugepages (it has: 2M, 1G)"),
+            "{e}"
+        );
+        let e = plan(
+            &s,
+            &Request::Reserve {
+                pages: 1,
+                size: PageSize::TWO_MB,
+                node: Some(3),
+            },
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("NUMA node 3 does not exist (nodes: 0)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_second_size_mounts_beside_the_default() {
+        let t = tree(1, 0, true);
+        let s = Snapshot::read(t.path()).unwrap();
+        let p = plan(
+            &s,
+            &Request::Reserve {
+                pages: 1,
+                size: PageSize::ONE_GB,
+                node: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            p.last(),
+            Some(&Action::Mount {
+                target: "/dev/hugepages-1G".into(),
+                size: PageSize::ONE_GB
+            })
+        );
+    }
+
+    #[test]
+    fn status_shows_reserved_free_and_mounts() {
+        let t = tree(1, 64, true);
+        let table = status_table(&Snapshot::read(t.path()).unwrap());
+        assert!(
+            table.contains("0            2M         64         64          0"),
+            "{table}"
+        );
+        assert!(
+            table.contains("hugetlbfs: /dev/hugepages (pagesize 2M)"),
+            "{table}"
+        );
+    }
+}

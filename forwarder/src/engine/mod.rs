@@ -1,4 +1,613 @@
-//! The worker loops: each worker polls its receive queues in bursts, parses and classifies
-//! every packet, queues it into the TX queue's shaper and transmits what the shapers release.
+//! The worker loops: each worker, pinned to one core, polls its receive queues in bursts,
+//! parses ([`crate::wire::parse`]) and classifies every packet (TX queue by flow hash),
+//! offers it to that TX queue's [`Shaper`] (a bypassed packet goes straight into the
+//! transmit burst), runs the TX queues it owns and transmits in bursts. Packets the port had
+//! no room for stay in the burst and are retried; nothing is dropped for a full ring.
+//!
+//! Per loop iteration a worker reads the clock once ([`clock::now_ns`]), writes only its own
+//! counter block ([`crate::stats::counters`]) and allocates nothing. Stopping is two-phase:
+//! [`Running::stop_rx`] stops receiving and lets the workers drain their queues until they
+//! are empty or the drain deadline passes; [`Running::join`] waits for them.
+//!
+//! The engine does not build ports or shapers: [`crate::app`] does and hands them over.
 
 pub mod clock;
+pub mod shaper;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
+use qdisc::mq::{Intake, RunResult};
+use qdisc::{DropReason, PacketMeta};
+use serde::Deserialize;
+
+use crate::port::{PortBuf, PortRx, PortTx};
+use crate::stats::counters::{egress, port, reason_index, Counters, Layout, Snapshot};
+pub use shaper::{Passthrough, Shaper, TinReport, TinSnapshot};
+
+/// What a worker does when a loop iteration found no work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleMode {
+    /// Back off politely: spin a little, then sleep in short steps (the default; shares a
+    /// small machine well).
+    #[default]
+    Sleep,
+    /// Busy-poll (lowest latency; burns the core).
+    Spin,
+}
+
+/// The `[engine]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Worker threads (one per core).
+    pub workers: usize,
+    /// TX queues (CAKE instances) per port.
+    pub tx_queues: usize,
+    /// Packets per receive and transmit burst.
+    pub burst: usize,
+    /// What an idle worker does.
+    pub idle: IdleMode,
+    /// How long to keep transmitting queued packets after receiving stopped ("1s").
+    pub drain_timeout: String,
+    /// Stop by itself after this long ("10s"; "0" runs until interrupted).
+    pub duration: String,
+    /// Cores to pin workers to, in order; empty picks the last cores of the machine.
+    pub cores: Vec<usize>,
+    /// Pin workers to cores at all.
+    pub pin: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            workers: 1,
+            tx_queues: 1,
+            burst: 32,
+            idle: IdleMode::Sleep,
+            drain_timeout: "1s".into(),
+            duration: "10s".into(),
+            cores: Vec::new(),
+            pin: true,
+        }
+    }
+}
+
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A count was zero or too large.
+    #[error("engine setting {name} = {value} is out of range; use {hint}")]
+    BadSetting {
+        /// The setting.
+        name: &'static str,
+        /// The value given.
+        value: String,
+        /// What would work.
+        hint: &'static str,
+    },
+    /// The ports handed to the engine do not match the layout.
+    #[error("port {port} has {got} TX queues but the engine expects {want}; this is a bug in the caller")]
+    QueueMismatch {
+        /// The port.
+        port: usize,
+        /// TX halves given.
+        got: usize,
+        /// TX queues per port.
+        want: usize,
+    },
+    /// A worker thread could not be started.
+    #[error("cannot start worker thread {worker}: {source}")]
+    Spawn {
+        /// The worker.
+        worker: usize,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Parsed engine timing settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineTiming {
+    /// Drain deadline after receiving stops (ns).
+    pub drain_timeout_ns: u64,
+    /// Run duration (ns); `None` runs until stopped.
+    pub duration_ns: Option<u64>,
+}
+
+impl EngineConfig {
+    /// Checks the counts and parses the durations.
+    pub fn timing(&self) -> Result<EngineTiming, EngineError> {
+        let dur = |name: &'static str, s: &str| -> Result<Option<u64>, EngineError> {
+            let t = s.trim();
+            if t.is_empty() || t == "0" {
+                return Ok(None);
+            }
+            crate::config::units::parse_duration_ns(t)
+                .map(Some)
+                .map_err(|_| EngineError::BadSetting {
+                    name,
+                    value: s.to_string(),
+                    hint: "a duration like '10s' or '500ms', or '0' for none",
+                })
+        };
+        if self.workers == 0 || self.workers > 256 {
+            return Err(EngineError::BadSetting {
+                name: "workers",
+                value: self.workers.to_string(),
+                hint: "1 to 256 (one per core)",
+            });
+        }
+        if self.tx_queues == 0 || self.tx_queues > 1024 {
+            return Err(EngineError::BadSetting {
+                name: "tx_queues",
+                value: self.tx_queues.to_string(),
+                hint: "1 to 1024",
+            });
+        }
+        if self.burst == 0 || self.burst > 1024 {
+            return Err(EngineError::BadSetting {
+                name: "burst",
+                value: self.burst.to_string(),
+                hint: "1 to 1024 (32 is typical)",
+            });
+        }
+        Ok(EngineTiming {
+            drain_timeout_ns: dur("drain_timeout", &self.drain_timeout)?.unwrap_or(0),
+            duration_ns: dur("duration", &self.duration)?,
+        })
+    }
+}
+
+/// The receive and transmit halves of every port, as the engine takes them.
+pub struct EnginePorts<P: PortBuf> {
+    /// Per port, its receive queues.
+    pub rx: Vec<Vec<Box<dyn PortRx<Buf = P>>>>,
+    /// Per port, one transmit half per TX queue (`tx_queues` of them).
+    pub tx: Vec<Vec<Box<dyn PortTx<Buf = P>>>>,
+    /// Per port, where its received packets go (`None`: the port is not polled).
+    pub forward: Vec<Option<usize>>,
+}
+
+const RUNNING: u8 = 0;
+const DRAINING: u8 = 1;
+const STOPPED: u8 = 2;
+
+/// State shared between the workers and the thread that runs the engine.
+#[derive(Debug)]
+pub struct EngineShared {
+    state: AtomicU8,
+    drain_deadline_ns: AtomicU64,
+    /// One counter block per worker.
+    pub counters: Vec<Counters>,
+    rx_done: Vec<AtomicBool>,
+    /// Counter layout.
+    pub layout: Layout,
+}
+
+impl EngineShared {
+    /// Counters summed over every worker.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::sum(self.layout, self.counters.iter())
+    }
+}
+
+/// A running engine.
+pub struct Running<P> {
+    shared: Arc<EngineShared>,
+    shapers: Shapers<P>,
+    handoff: Arc<Vec<ArrayQueue<P>>>,
+    handles: Vec<JoinHandle<()>>,
+    drain_timeout_ns: u64,
+}
+
+impl<P: PortBuf> Running<P> {
+    /// The counters and state shared with the workers.
+    pub fn shared(&self) -> &Arc<EngineShared> {
+        &self.shared
+    }
+
+    /// The TX queues' shapers, indexed by egress (port × tx_queues + queue).
+    pub fn shapers(&self) -> &Shapers<P> {
+        &self.shapers
+    }
+
+    /// Packets handed between workers and not yet transmitted, per egress.
+    pub fn handoff_len(&self, egress: usize) -> usize {
+        self.handoff.get(egress).map_or(0, |q| q.len())
+    }
+
+    /// True once every polled receive queue said it will deliver nothing more.
+    pub fn rx_finished(&self) -> bool {
+        self.shared.rx_done.iter().all(|d| d.load(Relaxed))
+    }
+
+    /// Stops receiving; workers drain their queues until empty or the drain timeout.
+    pub fn stop_rx(&self) {
+        let deadline = clock::now_ns() + self.drain_timeout_ns;
+        self.shared.drain_deadline_ns.store(deadline, Relaxed);
+        let _ = self
+            .shared
+            .state
+            .compare_exchange(RUNNING, DRAINING, Relaxed, Relaxed);
+    }
+
+    /// Stops at once, without draining.
+    pub fn stop_now(&self) {
+        self.shared.state.store(STOPPED, Relaxed);
+    }
+
+    /// True once every worker has exited.
+    pub fn is_finished(&self) -> bool {
+        self.handles.iter().all(|h| h.is_finished())
+    }
+
+    /// Waits for the workers; returns how many panicked.
+    pub fn join(self) -> usize {
+        let mut panicked = 0;
+        for h in self.handles {
+            if h.join().is_err() {
+                panicked += 1;
+            }
+        }
+        panicked
+    }
+}
+
+struct RxSlot<P> {
+    rx: Box<dyn PortRx<Buf = P>>,
+    port: usize,
+    out: usize,
+    finished: bool,
+}
+
+struct TxSlot<P> {
+    tx: Box<dyn PortTx<Buf = P>>,
+    egress: usize,
+    pending: Vec<P>,
+}
+
+/// The shaper of every egress queue, shared by all workers.
+pub type Shapers<P> = Arc<Vec<Arc<dyn Shaper<P>>>>;
+
+struct Worker<P> {
+    id: usize,
+    rx: Vec<RxSlot<P>>,
+    tx: Vec<TxSlot<P>>,
+    /// Global egress index -> index in `tx` when this worker owns it.
+    owned: Vec<Option<usize>>,
+    shapers: Shapers<P>,
+    /// Packets another worker got back as a bypass of a queue this worker owns.
+    handoff: Arc<Vec<ArrayQueue<P>>>,
+    shared: Arc<EngineShared>,
+    layout: Layout,
+    burst: usize,
+    idle: IdleMode,
+    core: Option<core_affinity::CoreId>,
+}
+
+/// Starts one worker per configured core over `ports`, with `shapers[e]` the shaper of
+/// egress `e` = port × `cfg.tx_queues` + queue.
+pub fn start<P: PortBuf>(
+    cfg: &EngineConfig,
+    ports: EnginePorts<P>,
+    shapers: Vec<Arc<dyn Shaper<P>>>,
+) -> Result<Running<P>, EngineError> {
+    let timing = cfg.timing()?;
+    let layout = Layout {
+        ports: ports.tx.len(),
+        queues: cfg.tx_queues,
+    };
+    for (p, tx) in ports.tx.iter().enumerate() {
+        if tx.len() != cfg.tx_queues {
+            return Err(EngineError::QueueMismatch {
+                port: p,
+                got: tx.len(),
+                want: cfg.tx_queues,
+            });
+        }
+    }
+    if shapers.len() != layout.egress_count() {
+        return Err(EngineError::QueueMismatch {
+            port: usize::MAX,
+            got: shapers.len(),
+            want: layout.egress_count(),
+        });
+    }
+    let workers = cfg.workers;
+    let shared = Arc::new(EngineShared {
+        state: AtomicU8::new(RUNNING),
+        drain_deadline_ns: AtomicU64::new(u64::MAX),
+        counters: (0..workers).map(|_| Counters::new(layout)).collect(),
+        rx_done: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+        layout,
+    });
+    let shapers: Shapers<P> = Arc::new(shapers);
+    let handoff: Arc<Vec<ArrayQueue<P>>> = Arc::new(
+        (0..layout.egress_count())
+            .map(|_| ArrayQueue::new(cfg.burst * 64))
+            .collect(),
+    );
+    let cores = pick_cores(cfg);
+    let mut ws: Vec<Worker<P>> = (0..workers)
+        .map(|id| Worker {
+            id,
+            rx: Vec::new(),
+            tx: Vec::new(),
+            owned: vec![None; layout.egress_count()],
+            shapers: shapers.clone(),
+            handoff: handoff.clone(),
+            shared: shared.clone(),
+            layout,
+            burst: cfg.burst,
+            idle: cfg.idle,
+            core: cores.as_ref().map(|c| c[id % c.len()]),
+        })
+        .collect();
+    // Receive queues round-robin over workers; TX queue e belongs to worker e % workers.
+    let mut next = 0;
+    for (p, queues) in ports.rx.into_iter().enumerate() {
+        let Some(out) = ports.forward.get(p).copied().flatten() else {
+            continue;
+        };
+        for rx in queues {
+            ws[next % workers].rx.push(RxSlot {
+                rx,
+                port: p,
+                out,
+                finished: false,
+            });
+            next += 1;
+        }
+    }
+    for (p, queues) in ports.tx.into_iter().enumerate() {
+        for (q, tx) in queues.into_iter().enumerate() {
+            let e = p * cfg.tx_queues + q;
+            let w = &mut ws[e % workers];
+            w.owned[e] = Some(w.tx.len());
+            w.tx.push(TxSlot {
+                tx,
+                egress: e,
+                pending: Vec::with_capacity(cfg.burst * 4),
+            });
+        }
+    }
+    let mut handles = Vec::new();
+    for w in ws {
+        if w.rx.is_empty() {
+            shared.rx_done[w.id].store(true, Relaxed);
+        }
+        let id = w.id;
+        let h = std::thread::Builder::new()
+            .name(format!("cakewalk-w{id}"))
+            .spawn(move || w.run())
+            .map_err(|source| EngineError::Spawn { worker: id, source })?;
+        handles.push(h);
+    }
+    Ok(Running {
+        shared,
+        shapers,
+        handoff,
+        handles,
+        drain_timeout_ns: timing.drain_timeout_ns,
+    })
+}
+
+fn pick_cores(cfg: &EngineConfig) -> Option<Vec<core_affinity::CoreId>> {
+    if !cfg.pin {
+        return None;
+    }
+    let all = core_affinity::get_core_ids()?;
+    if all.is_empty() {
+        return None;
+    }
+    if !cfg.cores.is_empty() {
+        let picked: Vec<_> = cfg
+            .cores
+            .iter()
+            .filter_map(|c| all.iter().find(|id| id.id == *c).copied())
+            .collect();
+        return (!picked.is_empty()).then_some(picked);
+    }
+    // Leave the first core to the stats/control threads when there is more than one.
+    let n = all.len();
+    let skip = if n > cfg.workers { n - cfg.workers } else { 0 };
+    Some(all[skip..].to_vec())
+}
+
+/// The TX queue of `out_port` a packet goes to.
+#[inline]
+fn queue_for(meta: &PacketMeta, queues: usize) -> usize {
+    if queues <= 1 {
+        return 0;
+    }
+    // Until `classify` lands: a cheap keyed mix of the 5-tuple (or the NIC's hash).
+    let h = match meta.l4_hash {
+        Some(h) if !meta.keys_rewritten => u64::from(h),
+        _ => {
+            let k = &meta.keys;
+            let mut h = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(k.protocol);
+            for chunk in [&k.src_addr[8..16], &k.dst_addr[8..16]] {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(chunk);
+                h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x1000_0000_01b3);
+                h ^= h >> 29;
+            }
+            h ^= (u64::from(k.src_port) << 16) | u64::from(k.dst_port);
+            h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            h ^ (h >> 31)
+        }
+    };
+    ((h as u128 * queues as u128) >> 64) as usize
+}
+
+impl<P: PortBuf> Worker<P> {
+    fn run(mut self) {
+        if let Some(core) = self.core {
+            core_affinity::set_for_current(core);
+        }
+        let bs = self.burst;
+        let nq = self.layout.queues;
+        let lp = self.layout;
+        let mut local = vec![0u64; lp.len()];
+        let mut burst: Vec<P> = Vec::with_capacity(bs);
+        let mut scratch: Vec<P> = Vec::with_capacity(bs * 4);
+        let mut unfinished = self.rx.len();
+        let mut idle_iters: u32 = 0;
+        let shared = self.shared.clone();
+        let counters = &shared.counters[self.id];
+        loop {
+            let now = clock::now_ns();
+            let state = shared.state.load(Relaxed);
+            if state == STOPPED {
+                break;
+            }
+            let mut work = 0usize;
+            if state == RUNNING {
+                for slot in self.rx.iter_mut() {
+                    let n = slot.rx.rx_burst(&mut burst, bs);
+                    if n == 0 {
+                        if !slot.finished && slot.rx.is_finished() {
+                            slot.finished = true;
+                            unfinished -= 1;
+                            if unfinished == 0 {
+                                shared.rx_done[self.id].store(true, Relaxed);
+                            }
+                        }
+                        continue;
+                    }
+                    work += n;
+                    let mut bytes = 0u64;
+                    let mut malformed = 0u64;
+                    for pkt in burst.drain(..) {
+                        bytes += pkt.len() as u64;
+                        let parsed = crate::wire::parse(pkt.data());
+                        malformed += u64::from(parsed.malformed.is_some());
+                        let mut meta = parsed.meta;
+                        if let Some(h) = pkt.rss_hash() {
+                            meta.l4_hash = Some(h);
+                        }
+                        let e = slot.out * nq + queue_for(&meta, nq);
+                        match self.shapers[e].offer(now, pkt, &meta) {
+                            Intake::Queued => {}
+                            // Counted by the queue itself.
+                            Intake::Dropped(_, p) => drop(p),
+                            Intake::Bypass(p) => {
+                                local[lp.egress(e, egress::BYPASS)] += 1;
+                                match self.owned[e] {
+                                    Some(i) => self.tx[i].pending.push(p),
+                                    None => {
+                                        if let Err(p) = self.handoff[e].push(p) {
+                                            drop(p);
+                                            let r = reason_index(DropReason::IntakeFull);
+                                            local[lp.egress(e, egress::DROPS + r)] += 1;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    local[lp.port(slot.port, port::RX_PACKETS)] += n as u64;
+                    local[lp.port(slot.port, port::RX_BYTES)] += bytes;
+                    local[lp.port(slot.port, port::MALFORMED)] += malformed;
+                }
+            }
+            for slot in self.tx.iter_mut() {
+                let e = slot.egress;
+                let handoff = &self.handoff[e];
+                let room = bs.saturating_sub(slot.pending.len());
+                let mut tx_pkts = 0u64;
+                let mut tx_bytes = 0u64;
+                if room > 0 {
+                    let before = slot.pending.len();
+                    let port_tx = &mut slot.tx;
+                    let r = self.shapers[e].run(now, room, &mut slot.pending, &mut |out| {
+                        // Packets other workers bypassed went out of the queue before
+                        // anything dequeued now: put them in front of it.
+                        if !handoff.is_empty() {
+                            scratch.extend(out.drain(before..));
+                            while let Some(p) = handoff.pop() {
+                                out.push(p);
+                            }
+                            out.append(&mut scratch);
+                        }
+                        let (n, b) = transmit(port_tx.as_mut(), out);
+                        tx_pkts += n;
+                        tx_bytes += b;
+                    });
+                    if let RunResult::Ran { sent, .. } = r {
+                        local[lp.egress(e, egress::DEQUEUED)] += sent as u64;
+                    }
+                }
+                while slot.pending.len() < bs * 2 {
+                    let Some(p) = handoff.pop() else { break };
+                    slot.pending.push(p);
+                }
+                if !slot.pending.is_empty() {
+                    let (n, b) = transmit(slot.tx.as_mut(), &mut slot.pending);
+                    tx_pkts += n;
+                    tx_bytes += b;
+                }
+                if tx_pkts > 0 {
+                    local[lp.egress(e, egress::TX_PACKETS)] += tx_pkts;
+                    local[lp.egress(e, egress::TX_BYTES)] += tx_bytes;
+                    work += tx_pkts as usize;
+                }
+                local[lp.egress(e, egress::PENDING)] = slot.pending.len() as u64;
+            }
+            if work > 0 {
+                counters.publish(&local);
+                idle_iters = 0;
+                continue;
+            }
+            if state == DRAINING {
+                let drained = self.tx.iter().all(|s| {
+                    s.pending.is_empty()
+                        && self.handoff[s.egress].is_empty()
+                        && self.shapers[s.egress].backlog() == 0
+                });
+                if drained || now >= shared.drain_deadline_ns.load(Relaxed) {
+                    break;
+                }
+            }
+            idle_iters = idle_iters.saturating_add(1);
+            if idle_iters % 1024 == 0 {
+                counters.publish(&local);
+            }
+            match self.idle {
+                IdleMode::Spin => std::hint::spin_loop(),
+                IdleMode::Sleep => {
+                    if idle_iters > 64 {
+                        let us = 10u64 << ((idle_iters - 64) / 64).min(4);
+                        std::thread::sleep(Duration::from_micros(us));
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+        for slot in self.tx.iter_mut() {
+            slot.tx.flush();
+            local[lp.egress(slot.egress, egress::PENDING)] = slot.pending.len() as u64;
+        }
+        counters.publish(&local);
+        // Anything still in a transmit burst was reported as pending and is freed here.
+    }
+}
+
+/// Transmits from the front of `burst`; returns packets and bytes sent.
+#[inline]
+fn transmit<P: PortBuf>(tx: &mut dyn PortTx<Buf = P>, burst: &mut Vec<P>) -> (u64, u64) {
+    let before: u64 = burst.iter().map(|p| p.len() as u64).sum();
+    let sent = tx.tx_burst(burst);
+    if sent == 0 {
+        return (0, 0);
+    }
+    let after: u64 = burst.iter().map(|p| p.len() as u64).sum();
+    (sent as u64, before - after)
+}

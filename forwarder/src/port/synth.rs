@@ -163,66 +163,28 @@ impl Default for SynthConfig {
     }
 }
 
-/// Parses a tc-style rate ("500mbit", "2gbit", "1000000", "unlimited") into bits per second;
-/// 0 means unlimited.
+/// Parses a tc-style rate ("500mbit", "2gbit", "unlimited") into bits per second through
+/// [`crate::config::units`]; 0 means unlimited.
 pub fn parse_rate_bps(s: &str) -> Result<u64, SynthError> {
-    let t = s.trim().to_ascii_lowercase();
-    if t.is_empty() || t == "unlimited" || t == "0" {
+    let t = s.trim();
+    if t.is_empty() || t == "0" {
         return Ok(0);
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| SynthError::BadRate(s.into()))?;
-    let scale = match unit {
-        "" | "bit" | "bps" => 1.0,
-        "kbit" | "k" => 1e3,
-        "mbit" | "m" => 1e6,
-        "gbit" | "g" => 1e9,
-        "tbit" | "t" => 1e12,
-        "kibit" => 1024.0,
-        "mibit" => 1024.0 * 1024.0,
-        "gibit" => 1024.0 * 1024.0 * 1024.0,
-        "bytes" | "b" => 8.0,
-        "kbyte" | "kb" => 8e3,
-        "mbyte" | "mb" => 8e6,
-        "gbyte" | "gb" => 8e9,
-        _ => return Err(SynthError::BadRate(s.into())),
-    };
-    let bps = value * scale;
-    if !bps.is_finite() || bps < 1.0 {
-        return Err(SynthError::BadRate(s.into()));
-    }
-    Ok(bps as u64)
+    crate::config::units::parse_rate(t)
+        .map(|r| r.bits_per_sec())
+        .map_err(|_| SynthError::BadRate(s.into()))
 }
 
-/// Parses a duration ("10s", "500ms", "2m", "100us", a bare number of seconds) into ns;
-/// empty means none.
+/// Parses a duration ("10s", "500ms") into ns through [`crate::config::units`]; empty or "0"
+/// means none.
 pub fn parse_duration_ns(s: &str) -> Result<Option<u64>, SynthError> {
-    let t = s.trim().to_ascii_lowercase();
-    if t.is_empty() {
+    let t = s.trim();
+    if t.is_empty() || t == "0" {
         return Ok(None);
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| SynthError::BadDuration(s.into()))?;
-    let scale = match unit {
-        "" | "s" | "sec" => 1e9,
-        "ms" => 1e6,
-        "us" => 1e3,
-        "ns" => 1.0,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        _ => return Err(SynthError::BadDuration(s.into())),
-    };
-    let ns = value * scale;
-    if !ns.is_finite() || ns < 0.0 {
-        return Err(SynthError::BadDuration(s.into()));
-    }
-    Ok(Some(ns as u64))
+    crate::config::units::parse_duration_ns(t)
+        .map(Some)
+        .map_err(|_| SynthError::BadDuration(s.into()))
 }
 
 /// Parses a DSCP mix ("0:8,46:1", "ef", "cs1:1,be:4") into (dscp, weight) pairs.

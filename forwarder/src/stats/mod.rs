@@ -1,1 +1,4 @@
-//! TODO: stats
+//! Counting and reporting: the engine's per-worker counter blocks ([`counters`]), and the
+//! reports built from them.
+
+pub mod counters;

@@ -1,0 +1,193 @@
+//! What the engine needs from one TX queue, as one small trait ([`Shaper`]) with two
+//! implementations: [`qdisc::mq::TxQueue`] over any [`MqQdisc`] (CAKE, FIFO), and
+//! [`Passthrough`] (no qdisc at all: the bare port loop the benchmarks compare against).
+//!
+//! The trait follows `TxQueue`'s call protocol: any worker may [`Shaper::offer`]; a bypassed
+//! packet must be transmitted before the next call into the queue; [`Shaper::run`] hands
+//! dequeued packets to `transmit` while it holds the queue. Drops are counted by the queue
+//! itself ([`TxQueueStats`]) so conservation can be checked against the engine's own counts.
+
+use qdisc::mq::{Intake, MqQdisc, NextRun, RunResult, TxQueue, TxQueueStats};
+use qdisc::{Packet, PacketMeta, Rate};
+
+/// Per-tin figures for stats output (CAKE's `tc -s` per-tin block).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct TinSnapshot {
+    /// Tin name ("bulk", "best_effort", "video", "voice", "tin0"...).
+    pub name: String,
+    /// Packets sent (counted at enqueue, like the kernel).
+    pub sent_packets: u64,
+    /// Bytes sent.
+    pub sent_bytes: u64,
+    /// Packets dropped.
+    pub dropped_packets: u64,
+    /// Packets ECN-marked.
+    pub ecn_marked_packets: u64,
+    /// ACKs dropped by the ACK filter.
+    pub acks_dropped_packets: u64,
+    /// Bytes queued.
+    pub backlog_bytes: u64,
+    /// Sparse flows (sparse + decaying).
+    pub sparse_flows: u64,
+    /// Bulk flows.
+    pub bulk_flows: u64,
+    /// Sojourn time (ns): p50, p99, p99.9, max; zeros when nothing was measured.
+    pub sojourn_ns: [u64; 4],
+}
+
+/// A qdisc that can describe its tins for stats output.
+pub trait TinReport {
+    /// Per-tin figures; empty for disciplines without tins.
+    fn tin_snapshots(&self) -> Vec<TinSnapshot> {
+        Vec::new()
+    }
+}
+
+impl<P> TinReport for qdisc::fifo::Fifo<P> {}
+
+/// One TX queue as the engine sees it.
+pub trait Shaper<P>: Send + Sync {
+    /// Offers `pkt` (see `TxQueue::enqueue`).
+    fn offer(&self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Intake<P>;
+
+    /// Runs the queue: dequeues up to `budget` packets into `out` and calls `transmit(out)`
+    /// while holding the queue (see `TxQueue::run`).
+    fn run(
+        &self,
+        now_ns: u64,
+        budget: usize,
+        out: &mut Vec<P>,
+        transmit: &mut dyn FnMut(&mut Vec<P>),
+    ) -> RunResult;
+
+    /// Packets waiting in the queue.
+    fn backlog(&self) -> u64;
+
+    /// The queue's counters (drops by reason, bypassed, dequeued).
+    fn stats(&self) -> TxQueueStats;
+
+    /// Sets the global shaped rate; a pure parameter write that loses no queued packet.
+    fn set_rate(&self, rate: Rate);
+
+    /// The configured global rate.
+    fn rate(&self) -> Rate;
+
+    /// Per-tin figures (empty when the queue is busy or has no tins).
+    fn tins(&self) -> Vec<TinSnapshot> {
+        Vec::new()
+    }
+}
+
+impl<P, Q> Shaper<P> for TxQueue<P, Q>
+where
+    P: Packet + Send,
+    Q: MqQdisc<P> + TinReport,
+    TxQueue<P, Q>: Send + Sync,
+{
+    #[inline]
+    fn offer(&self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Intake<P> {
+        self.enqueue(now_ns, pkt, meta)
+    }
+
+    #[inline]
+    fn run(
+        &self,
+        now_ns: u64,
+        budget: usize,
+        out: &mut Vec<P>,
+        transmit: &mut dyn FnMut(&mut Vec<P>),
+    ) -> RunResult {
+        TxQueue::run(self, now_ns, budget, out, transmit)
+    }
+
+    fn backlog(&self) -> u64 {
+        TxQueue::backlog(self) as u64
+    }
+
+    fn stats(&self) -> TxQueueStats {
+        TxQueue::stats(self)
+    }
+
+    fn set_rate(&self, rate: Rate) {
+        TxQueue::set_rate(self, rate);
+    }
+
+    fn rate(&self) -> Rate {
+        self.shared().rate()
+    }
+
+    fn tins(&self) -> Vec<TinSnapshot> {
+        self.try_with_qdisc(|q| q.tin_snapshots())
+            .unwrap_or_default()
+    }
+}
+
+/// No queueing discipline: every packet bypasses straight to the port.
+#[derive(Debug, Default)]
+pub struct Passthrough;
+
+impl<P: Packet + Send> Shaper<P> for Passthrough {
+    #[inline]
+    fn offer(&self, _now_ns: u64, pkt: P, _meta: &PacketMeta) -> Intake<P> {
+        Intake::Bypass(pkt)
+    }
+
+    fn run(
+        &self,
+        _now_ns: u64,
+        _budget: usize,
+        _out: &mut Vec<P>,
+        _transmit: &mut dyn FnMut(&mut Vec<P>),
+    ) -> RunResult {
+        RunResult::Ran {
+            sent: 0,
+            next: NextRun::Idle,
+        }
+    }
+
+    fn backlog(&self) -> u64 {
+        0
+    }
+
+    fn stats(&self) -> TxQueueStats {
+        TxQueueStats::default()
+    }
+
+    fn set_rate(&self, _rate: Rate) {}
+
+    fn rate(&self) -> Rate {
+        Rate::UNLIMITED
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qdisc::fifo::Fifo;
+    use qdisc::mq::TxQueueOptions;
+    use qdisc::testing::{udp_meta, TestPacket};
+
+    #[test]
+    fn a_fifo_tx_queue_bypasses_when_idle_and_runs_what_it_queued() {
+        let q: TxQueue<TestPacket, Fifo<TestPacket>> =
+            TxQueue::new(Fifo::new(16), TxQueueOptions::default());
+        let m = udp_meta(1, 2, 3, 0);
+        let s: &dyn Shaper<TestPacket> = &q;
+        assert!(matches!(
+            s.offer(1, TestPacket::new(64, 0, 0), &m),
+            Intake::Bypass(_)
+        ));
+        let mut sent = Vec::new();
+        let mut out = Vec::new();
+        s.run(1, 32, &mut out, &mut |o: &mut Vec<TestPacket>| sent.append(o));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn passthrough_hands_every_packet_back() {
+        let s = Passthrough;
+        let m = udp_meta(1, 2, 3, 0);
+        let o = Shaper::<TestPacket>::offer(&s, 1, TestPacket::new(64, 0, 0), &m);
+        assert!(matches!(o, Intake::Bypass(_)));
+    }
+}

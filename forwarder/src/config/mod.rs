@@ -1,3 +1,960 @@
-//! cakewalk's configuration: the TOML file, command-line overrides, and tc-style units
-//! ([`units`]).
+//! cakewalk's configuration: the TOML file (`[shaper]` here; `[ports]`, `[engine]`, `[stats]`
+//! and `[control]` defined next to the code that uses them), command-line overrides laid on
+//! top, tc-style units ([`units`]), tc's cake words ([`keywords`]) and the tc converter
+//! ([`tc`]).
+//!
+//! Layering, lowest first: built-in defaults (the kernel's), `shaper.options` (a tc option
+//! string), the individual `[shaper]` keys, then command-line overrides. Unknown keys are
+//! errors, and every error names the key (or the flag) and a fix:
+//! `shaper.rate: 'fast' is not a rate; try '200mbit'`. Reading the file is the only I/O.
+
+pub mod keywords;
+pub mod tc;
 pub mod units;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use qdisc::cake::{AckFilterMode, AtmMode, CakeConfig};
+use qdisc::Rate;
+use serde::Deserialize;
+use thiserror::Error;
+
+use keywords::CakeOptions;
+use units::UnitError;
+
+/// A configuration that cannot be used, with where and how to fix it.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file '{}': {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML did not parse or did not match the schema (unknown key, wrong type).
+    #[error("{origin}: {message}")]
+    Toml {
+        /// The file name, or the override flags involved.
+        origin: String,
+        /// toml's message (with line and column for a file).
+        message: String,
+    },
+    /// A key's value is not acceptable.
+    #[error("{key}: {message}")]
+    Key {
+        /// `shaper.rate`, or `--rate (shaper.rate)` for an override.
+        key: String,
+        /// What is wrong and what to write instead.
+        message: String,
+    },
+}
+
+/// Which queueing discipline each TX queue runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueKind {
+    /// CAKE (the default).
+    #[default]
+    Cake,
+    /// The pfifo_fast-style baseline.
+    Fifo,
+}
+
+impl QueueKind {
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueKind::Cake => "cake",
+            QueueKind::Fifo => "fifo",
+        }
+    }
+}
+
+/// How the global rate is split between active TX queues (DESIGN.md, rate sync).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// Queues using less than their share give the rest to busy ones (the default).
+    #[default]
+    WorkConserving,
+    /// Each active queue gets rate / active, as Linux's cake_mq does.
+    Equal,
+}
+
+impl SyncPolicy {
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncPolicy::WorkConserving => "work-conserving",
+            SyncPolicy::Equal => "equal",
+        }
+    }
+}
+
+/// The resolved `[shaper]` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShaperConfig {
+    /// Every CAKE option, defaults filled in.
+    pub cake: CakeConfig,
+    /// The CAKE options that were given (from `options` and the keys), for printing.
+    pub given: CakeOptions,
+    /// CAKE or FIFO per TX queue.
+    pub queue: QueueKind,
+    /// How often each queue rescales its share of the rate, ns (default 200 µs).
+    pub sync_interval_ns: u64,
+    /// How the rate is split between active queues.
+    pub sync_policy: SyncPolicy,
+    /// Allow the empty-queue enqueue bypass (default on).
+    pub bypass: bool,
+}
+
+impl Default for ShaperConfig {
+    fn default() -> Self {
+        ShaperConfig {
+            cake: CakeConfig::default(),
+            given: CakeOptions::default(),
+            queue: QueueKind::Cake,
+            sync_interval_ns: 200_000,
+            sync_policy: SyncPolicy::WorkConserving,
+            bypass: true,
+        }
+    }
+}
+
+/// The `[shaper]` table as written. Flexible values (`"200mbit"` or `200000000`) stay
+/// `toml::Value` until [`RawShaper::resolve`], which knows each key's name for its errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawShaper {
+    options: Option<String>,
+    bandwidth: Option<toml::Value>,
+    rate: Option<toml::Value>,
+    #[serde(alias = "autorate-ingress")]
+    autorate_ingress: Option<bool>,
+    rtt: Option<toml::Value>,
+    target: Option<toml::Value>,
+    diffserv: Option<String>,
+    #[serde(alias = "flow-mode")]
+    flow_mode: Option<String>,
+    nat: Option<bool>,
+    wash: Option<bool>,
+    #[serde(alias = "split-gso")]
+    split_gso: Option<bool>,
+    ingress: Option<bool>,
+    #[serde(alias = "ack-filter")]
+    ack_filter: Option<toml::Value>,
+    memlimit: Option<toml::Value>,
+    fwmark: Option<toml::Value>,
+    overhead: Option<toml::Value>,
+    mpu: Option<i64>,
+    atm: Option<toml::Value>,
+    raw: Option<bool>,
+    #[serde(alias = "packet-limit", alias = "limit")]
+    packet_limit: Option<i64>,
+    mtu: Option<i64>,
+    seed: Option<u64>,
+    queue: Option<String>,
+    #[serde(alias = "sync-interval")]
+    sync_interval: Option<toml::Value>,
+    #[serde(alias = "sync-policy")]
+    sync_policy: Option<String>,
+    bypass: Option<bool>,
+}
+
+/// Words allowed in a string `overhead` key.
+const OVERHEAD_WORDS: &[&str] = &[
+    "raw",
+    "conservative",
+    "ethernet",
+    "docsis",
+    "ether-vlan",
+    "pppoe-ptm",
+    "bridged-ptm",
+    "ipoa-vcmux",
+    "ipoa-llcsnap",
+    "bridged-vcmux",
+    "bridged-llcsnap",
+    "pppoa-vcmux",
+    "pppoa-llc",
+    "pppoe-vcmux",
+    "pppoe-llcsnap",
+    "via-ethernet",
+    "atm",
+    "ptm",
+    "noatm",
+];
+
+fn key_err(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Key {
+        key: format!("shaper.{key}"),
+        message: message.into(),
+    }
+}
+
+fn unit_err(key: &str, e: UnitError) -> ConfigError {
+    let text = e.to_string();
+    // "rate 'x' is not a rate; ..." reads better after the key without its leading kind.
+    let message = text
+        .split_once(' ')
+        .filter(|(_, rest)| rest.starts_with('\''))
+        .map_or(text.clone(), |(_, rest)| rest.to_string());
+    key_err(key, message)
+}
+
+fn value_kind(v: &toml::Value) -> &'static str {
+    match v {
+        toml::Value::String(_) => "a string",
+        toml::Value::Integer(_) => "an integer",
+        toml::Value::Float(_) => "a float",
+        toml::Value::Boolean(_) => "a boolean",
+        toml::Value::Datetime(_) => "a date",
+        toml::Value::Array(_) => "an array",
+        toml::Value::Table(_) => "a table",
+    }
+}
+
+fn parse_rate_value(key: &str, v: &toml::Value) -> Result<Rate, ConfigError> {
+    match v {
+        toml::Value::String(s) => units::parse_rate(s).map_err(|e| unit_err(key, e)),
+        toml::Value::Integer(n) if *n >= 0 => Ok(Rate::from_bits_per_sec(*n as u64)),
+        other => Err(key_err(
+            key,
+            format!(
+                "expected a rate such as \"200mbit\" (an integer is bit/s), found {}",
+                value_kind(other)
+            ),
+        )),
+    }
+}
+
+fn parse_duration_value(key: &str, v: &toml::Value) -> Result<u64, ConfigError> {
+    match v {
+        toml::Value::String(s) => units::parse_duration_ns(s).map_err(|e| unit_err(key, e)),
+        toml::Value::Integer(n) if *n >= 0 => Ok((*n as u64).saturating_mul(1000)),
+        other => Err(key_err(
+            key,
+            format!(
+                "expected a duration such as \"5ms\" (an integer is µs), found {}",
+                value_kind(other)
+            ),
+        )),
+    }
+}
+
+fn parse_size_value(key: &str, v: &toml::Value) -> Result<u64, ConfigError> {
+    match v {
+        toml::Value::String(s) => units::parse_size(s).map_err(|e| unit_err(key, e)),
+        toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
+        other => Err(key_err(
+            key,
+            format!(
+                "expected a size such as \"32mb\" (an integer is bytes), found {}",
+                value_kind(other)
+            ),
+        )),
+    }
+}
+
+fn ranged(key: &str, n: i64, lo: i64, hi: i64) -> Result<i64, ConfigError> {
+    if (lo..=hi).contains(&n) {
+        Ok(n)
+    } else {
+        Err(key_err(
+            key,
+            format!("{n} is out of range; valid range is {lo} to {hi}"),
+        ))
+    }
+}
+
+impl RawShaper {
+    fn resolve(self) -> Result<ShaperConfig, ConfigError> {
+        let mut given = match &self.options {
+            Some(s) => CakeOptions::parse(s).map_err(|e| key_err("options", e.to_string()))?,
+            None => CakeOptions::default(),
+        };
+        let mut keys = CakeOptions::default();
+
+        match (&self.bandwidth, &self.rate) {
+            (Some(_), Some(_)) => {
+                return Err(key_err(
+                    "rate",
+                    "both 'rate' and 'bandwidth' are set; they are the same key, keep one",
+                ))
+            }
+            (Some(v), None) => keys.rate = Some(parse_rate_value("bandwidth", v)?),
+            (None, Some(v)) => keys.rate = Some(parse_rate_value("rate", v)?),
+            (None, None) => {}
+        }
+        if keys.rate.is_some() && self.autorate_ingress.is_none() {
+            // As in tc, giving a bandwidth turns autorate off unless asked for.
+            keys.autorate_ingress = Some(false);
+        }
+        if self.autorate_ingress.is_some() {
+            keys.autorate_ingress = self.autorate_ingress;
+        }
+        if let Some(v) = &self.rtt {
+            let preset = v.as_str().and_then(|s| {
+                keywords::RTT_PRESETS
+                    .iter()
+                    .find(|(name, _, _)| *name == s.trim())
+            });
+            if let Some(&(_, target_us, interval_us)) = preset {
+                keys.interval_ns = Some(interval_us * 1000);
+                keys.target_ns = Some(target_us * 1000);
+            } else {
+                let ns = parse_duration_value("rtt", v).map_err(|e| match e {
+                    ConfigError::Key { key, message } => ConfigError::Key {
+                        key,
+                        message: format!(
+                            "{message}; or a preset: datacentre lan metro regional internet oceanic satellite interplanetary"
+                        ),
+                    },
+                    other => other,
+                })?;
+                keys.interval_ns = Some(ns);
+                keys.target_ns = Some((ns / 1000 / 20).max(1) * 1000);
+            }
+        }
+        if let Some(v) = &self.target {
+            keys.target_ns = Some(parse_duration_value("target", v)?);
+        }
+        if let Some(s) = &self.diffserv {
+            keys.diffserv = Some(keywords::parse_diffserv(s.trim()).ok_or_else(|| {
+                key_err(
+                    "diffserv",
+                    format!(
+                        "'{s}' is not a diffserv mode{}; use besteffort, diffserv3, diffserv4, diffserv8 or precedence",
+                        keywords::suggest(s, &["besteffort", "diffserv3", "diffserv4", "diffserv8", "precedence"])
+                    ),
+                )
+            })?);
+        }
+        if let Some(s) = &self.flow_mode {
+            const MODES: [&str; 8] = [
+                "flowblind",
+                "srchost",
+                "dsthost",
+                "hosts",
+                "flows",
+                "dual-srchost",
+                "dual-dsthost",
+                "triple-isolate",
+            ];
+            keys.flow_mode = Some(keywords::parse_flow_mode(s.trim()).ok_or_else(|| {
+                key_err(
+                    "flow_mode",
+                    format!(
+                        "'{s}' is not a flow mode{}; use one of {}",
+                        keywords::suggest(s, &MODES),
+                        MODES.join(", ")
+                    ),
+                )
+            })?);
+        }
+        keys.nat = self.nat;
+        keys.wash = self.wash;
+        keys.split_gso = self.split_gso;
+        keys.ingress = self.ingress;
+        if let Some(v) = &self.ack_filter {
+            let mode = match v {
+                toml::Value::Boolean(true) => Some(AckFilterMode::Filter),
+                toml::Value::Boolean(false) => Some(AckFilterMode::Off),
+                toml::Value::String(s) => match s.trim() {
+                    "ack-filter" | "filter" | "on" => Some(AckFilterMode::Filter),
+                    "ack-filter-aggressive" | "aggressive" => Some(AckFilterMode::Aggressive),
+                    "no-ack-filter" | "off" | "none" => Some(AckFilterMode::Off),
+                    _ => None,
+                },
+                _ => None,
+            };
+            keys.ack_filter = Some(mode.ok_or_else(|| {
+                key_err(
+                    "ack_filter",
+                    format!("{v} is not an ACK filter mode; use false, true or \"aggressive\""),
+                )
+            })?);
+        }
+        if let Some(v) = &self.memlimit {
+            keys.memlimit = Some(parse_size_value("memlimit", v)?);
+        }
+        if let Some(v) = &self.fwmark {
+            let mask = match v {
+                toml::Value::Integer(n) => u32::try_from(*n).ok(),
+                toml::Value::String(s) => keywords::parse_c_u32(s),
+                _ => None,
+            };
+            keys.fwmark = Some(mask.ok_or_else(|| {
+                key_err(
+                    "fwmark",
+                    format!("{v} is not a 32-bit mask; try 0xff (or \"0xff\")"),
+                )
+            })?);
+        }
+        if let Some(v) = &self.overhead {
+            match v {
+                toml::Value::Integer(n) => {
+                    keys.overhead = Some(ranged("overhead", *n, -64, 256)? as i32);
+                    keys.raw = Some(false);
+                }
+                toml::Value::String(s) => {
+                    if let Ok(n) = s.trim().parse::<i64>() {
+                        keys.overhead = Some(ranged("overhead", n, -64, 256)? as i32);
+                        keys.raw = Some(false);
+                    } else {
+                        let words: Vec<&str> = s.split_whitespace().collect();
+                        if let Some(bad) = words.iter().find(|w| !OVERHEAD_WORDS.contains(w)) {
+                            return Err(key_err(
+                                "overhead",
+                                format!(
+                                    "'{bad}' is not an overhead keyword{}; use a number of bytes (-64 to 256) or {}",
+                                    keywords::suggest(bad, OVERHEAD_WORDS),
+                                    "ethernet, docsis, conservative, raw, pppoe-ptm, bridged-ptm, ether-vlan, pppoa-vcmux …"
+                                ),
+                            ));
+                        }
+                        let mut o = CakeOptions::default();
+                        o.apply_words(&words)
+                            .map_err(|e| key_err("overhead", e.to_string()))?;
+                        keys.overhead = o.overhead;
+                        keys.raw = o.raw;
+                        if o.atm.is_some() {
+                            keys.atm = o.atm;
+                        }
+                        if o.mpu.is_some() {
+                            keys.mpu = o.mpu;
+                        }
+                    }
+                }
+                other => {
+                    return Err(key_err(
+                        "overhead",
+                        format!(
+                            "expected bytes (-64 to 256) or a keyword such as \"ethernet\", found {}",
+                            value_kind(other)
+                        ),
+                    ))
+                }
+            }
+        }
+        if let Some(n) = self.mpu {
+            keys.mpu = Some(ranged("mpu", n, 0, 256)? as u32);
+        }
+        if let Some(v) = &self.atm {
+            let mode = match v {
+                toml::Value::Boolean(true) => Some(AtmMode::Atm),
+                toml::Value::Boolean(false) => Some(AtmMode::None),
+                toml::Value::String(s) => match s.trim() {
+                    "atm" => Some(AtmMode::Atm),
+                    "ptm" => Some(AtmMode::Ptm),
+                    "none" | "noatm" => Some(AtmMode::None),
+                    _ => None,
+                },
+                _ => None,
+            };
+            keys.atm = Some(mode.ok_or_else(|| {
+                key_err(
+                    "atm",
+                    format!("{v} is not a cell framing; use \"atm\", \"ptm\" or \"none\""),
+                )
+            })?);
+        }
+        if let Some(raw) = self.raw {
+            if raw {
+                keys.overhead = Some(0);
+                keys.atm.get_or_insert(AtmMode::None);
+            }
+            keys.raw = Some(raw);
+        }
+        given.merge(&keys);
+
+        let mut shaper = ShaperConfig {
+            given,
+            ..ShaperConfig::default()
+        };
+        shaper.given.apply_to(&mut shaper.cake);
+        if let Some(n) = self.packet_limit {
+            shaper.cake.packet_limit = ranged("packet_limit", n, 1, u32::MAX.into())? as u32;
+        }
+        if let Some(n) = self.mtu {
+            shaper.cake.mtu = ranged("mtu", n, 68, 65535)? as u32;
+        }
+        if let Some(seed) = self.seed {
+            shaper.cake.seed = seed;
+        }
+        if let Some(q) = &self.queue {
+            shaper.queue = match q.trim() {
+                "cake" => QueueKind::Cake,
+                "fifo" => QueueKind::Fifo,
+                _ => {
+                    return Err(key_err(
+                        "queue",
+                        format!("'{q}' is not a queue kind; use \"cake\" or \"fifo\""),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = &self.sync_interval {
+            let ns = parse_duration_value("sync_interval", v)?;
+            if ns == 0 {
+                return Err(key_err(
+                    "sync_interval",
+                    "0 would sync on every packet; use at least \"10us\" (default \"200us\")",
+                ));
+            }
+            shaper.sync_interval_ns = ns;
+        }
+        if let Some(p) = &self.sync_policy {
+            shaper.sync_policy = match p.trim() {
+                "work-conserving" | "work_conserving" => SyncPolicy::WorkConserving,
+                "equal" => SyncPolicy::Equal,
+                _ => {
+                    return Err(key_err(
+                        "sync_policy",
+                        format!("'{p}' is not a sync policy; use \"work-conserving\" or \"equal\""),
+                    ))
+                }
+            };
+        }
+        if let Some(b) = self.bypass {
+            shaper.bypass = b;
+        }
+        Ok(shaper)
+    }
+}
+
+impl ShaperConfig {
+    /// Renders the effective section (every key, defaults included) as TOML that
+    /// [`Config::from_toml_str`] reads back to the same values.
+    pub fn to_toml(&self) -> String {
+        let c = &self.cake;
+        let mut o = CakeOptions {
+            rate: Some(c.rate),
+            autorate_ingress: Some(c.autorate_ingress),
+            interval_ns: Some(c.interval_ns),
+            target_ns: Some(c.target_ns),
+            diffserv: Some(c.diffserv),
+            flow_mode: Some(c.flow_mode),
+            nat: Some(c.nat),
+            wash: Some(c.wash),
+            split_gso: Some(c.split_gso),
+            ingress: Some(c.ingress),
+            ack_filter: Some(c.ack_filter),
+            memlimit: c.memlimit,
+            fwmark: Some(c.fwmark_mask),
+            atm: Some(c.atm),
+            overhead: Some(c.overhead),
+            raw: Some(c.raw),
+            mpu: Some(c.mpu),
+        };
+        if c.raw {
+            o.overhead = None;
+        }
+        let mut out = tc::render(&o, "");
+        if !c.raw {
+            // render() prints `raw` or `overhead`; say both when compensating.
+            out.push_str("raw = false\n");
+        }
+        let _ = writeln!(out, "packet_limit = {}", c.packet_limit);
+        let _ = writeln!(out, "mtu = {}", c.mtu);
+        let _ = writeln!(out, "seed = {}", c.seed);
+        let _ = writeln!(out, "queue = \"{}\"", self.queue.name());
+        let _ = writeln!(
+            out,
+            "sync_interval = \"{}\"",
+            units::format_duration_ns(self.sync_interval_ns)
+        );
+        let _ = writeln!(out, "sync_policy = \"{}\"", self.sync_policy.name());
+        let _ = writeln!(out, "bypass = {}", self.bypass);
+        out
+    }
+}
+
+/// The whole file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    shaper: RawShaper,
+    #[serde(default)]
+    ports: crate::port::PortsConfig,
+    #[serde(default)]
+    engine: toml::Table,
+    #[serde(default)]
+    stats: toml::Table,
+    #[serde(default)]
+    control: toml::Table,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `[shaper]`: CAKE and the multi-queue layer.
+    pub shaper: ShaperConfig,
+    /// `[ports]`: the two ports and their backends.
+    pub ports: crate::port::PortsConfig,
+    /// `[engine]`, until the engine's typed section exists.
+    pub engine: toml::Table,
+    /// `[stats]`, until the stats module's typed section exists.
+    pub stats: toml::Table,
+    /// `[control]`, until the control module's typed section exists.
+    pub control: toml::Table,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            shaper: ShaperConfig::default(),
+            ports: crate::port::PortsConfig::default(),
+            engine: toml::Table::new(),
+            stats: toml::Table::new(),
+            control: toml::Table::new(),
+        }
+    }
+}
+
+/// One command-line override: a dotted key, its value, and the flag that set it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Override {
+    /// Dotted key (`shaper.rate`, `engine.workers`, `ports.a.kind`).
+    pub key: String,
+    /// The value, as TOML would hold it.
+    pub value: toml::Value,
+    /// The flag, for error messages (`--rate`).
+    pub flag: String,
+}
+
+/// Command-line overrides, applied in order on top of the file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    /// The overrides.
+    pub entries: Vec<Override>,
+}
+
+/// Keys that say the same thing: setting one from the command line removes the others from
+/// the file's table, so the flag wins instead of clashing.
+const SAME_MEANING: &[(&str, &[&str])] = &[
+    ("shaper.rate", &["shaper.bandwidth"]),
+    ("shaper.bandwidth", &["shaper.rate"]),
+    ("shaper.overhead", &["shaper.raw"]),
+    ("shaper.raw", &["shaper.overhead"]),
+];
+
+impl Overrides {
+    /// Adds `key = value`, set by `flag`.
+    pub fn set(&mut self, key: &str, value: impl Into<toml::Value>, flag: &str) {
+        self.entries.push(Override {
+            key: key.to_string(),
+            value: value.into(),
+            flag: flag.to_string(),
+        });
+    }
+
+    /// Returns true when nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn apply(&self, table: &mut toml::Table) -> Result<(), ConfigError> {
+        for o in &self.entries {
+            if let Some((_, others)) = SAME_MEANING.iter().find(|(k, _)| *k == o.key) {
+                for other in *others {
+                    remove_dotted(table, other);
+                }
+            }
+            set_dotted(table, &o.key, o.value.clone()).map_err(|message| ConfigError::Key {
+                key: format!("{} ({})", o.flag, o.key),
+                message,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn origin_of(&self, key: &str) -> Option<&Override> {
+        self.entries.iter().rev().find(|o| o.key == key)
+    }
+}
+
+fn set_dotted(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let last = parts.pop().ok_or("empty key")?;
+    let mut t = table;
+    for p in parts {
+        let entry = t
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        t = entry
+            .as_table_mut()
+            .ok_or_else(|| format!("'{p}' is not a table in the config file"))?;
+    }
+    t.insert(last.to_string(), value);
+    Ok(())
+}
+
+fn remove_dotted(table: &mut toml::Table, key: &str) {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let Some(last) = parts.pop() else { return };
+    let mut t = table;
+    for p in parts {
+        match t.get_mut(p).and_then(toml::Value::as_table_mut) {
+            Some(next) => t = next,
+            None => return,
+        }
+    }
+    t.remove(last);
+}
+
+impl Config {
+    /// Reads the config file at `path` (or starts from the defaults when `None`) and lays
+    /// `overrides` on top.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, key or flag at fault.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let (text, origin) = match path {
+            Some(p) => (
+                std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.to_path_buf(),
+                    source,
+                })?,
+                p.display().to_string(),
+            ),
+            None => (String::new(), "defaults".to_string()),
+        };
+        Config::from_toml_with(&text, &origin, overrides)
+    }
+
+    /// Parses a config from TOML text with no overrides.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key at fault.
+    ///
+    /// # Examples
+    /// ```
+    /// let c = forwarder::config::Config::from_toml_str("[shaper]\nrate = \"200mbit\"").unwrap();
+    /// assert_eq!(c.to_cake_config().rate.bits_per_sec(), 200_000_000);
+    /// let e = forwarder::config::Config::from_toml_str("[shaper]\nrate = \"fast\"").unwrap_err();
+    /// assert_eq!(e.to_string(), "shaper.rate: 'fast' is not a rate; try '200mbit' (bit/s units: bit kbit mbit gbit tbit; byte/s: byte kbyte mbyte gbyte)");
+    /// ```
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_with(text, "config", &Overrides::default())
+    }
+
+    fn from_toml_with(
+        text: &str,
+        origin: &str,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
+        // Parse the text as written first, so schema errors point at the user's lines.
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Toml {
+            origin: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let raw = if overrides.is_empty() {
+            raw
+        } else {
+            let mut table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Toml {
+                origin: origin.to_string(),
+                message: e.to_string(),
+            })?;
+            overrides.apply(&mut table)?;
+            let flags: Vec<&str> = overrides.entries.iter().map(|o| o.flag.as_str()).collect();
+            RawConfig::deserialize(toml::Value::Table(table)).map_err(|e| ConfigError::Toml {
+                origin: format!("command-line overrides ({})", flags.join(" ")),
+                message: e.to_string().trim_end().to_string(),
+            })?
+        };
+        let shaper = raw.shaper.resolve().map_err(|e| match e {
+            ConfigError::Key { key, message } => match overrides.origin_of(&key) {
+                Some(o) => ConfigError::Key {
+                    key: format!("{} ({key})", o.flag),
+                    message,
+                },
+                None => ConfigError::Key { key, message },
+            },
+            other => other,
+        })?;
+        Ok(Config {
+            shaper,
+            ports: raw.ports,
+            engine: raw.engine,
+            stats: raw.stats,
+            control: raw.control,
+        })
+    }
+
+    /// The CAKE configuration every TX queue starts with.
+    pub fn to_cake_config(&self) -> CakeConfig {
+        self.shaper.cake.clone()
+    }
+
+    /// Renders the effective configuration: `[shaper]` as TOML with every default filled in,
+    /// the other sections as resolved.
+    pub fn effective(&self) -> String {
+        let mut out = self.shaper.to_toml();
+        let _ = writeln!(out, "\n# [ports] as resolved:\n# {:?}", self.ports);
+        for (name, t) in [
+            ("engine", &self.engine),
+            ("stats", &self.stats),
+            ("control", &self.control),
+        ] {
+            if !t.is_empty() {
+                let mut wrapper = toml::Table::new();
+                wrapper.insert(name.to_string(), toml::Value::Table(t.clone()));
+                let _ = write!(out, "\n{}", toml::to_string(&wrapper).unwrap_or_default());
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qdisc::cake::{DiffservMode, FlowMode};
+
+    fn err(text: &str) -> String {
+        Config::from_toml_str(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn an_empty_file_gives_the_defaults() {
+        let c = Config::from_toml_str("").unwrap();
+        assert_eq!(c.to_cake_config(), CakeConfig::default());
+        assert_eq!(c.shaper.queue, QueueKind::Cake);
+        assert_eq!(c.shaper.sync_interval_ns, 200_000);
+        assert!(c.shaper.bypass);
+    }
+
+    #[test]
+    fn every_shaper_key_is_read() {
+        let c = Config::from_toml_str(
+            r#"
+            [shaper]
+            bandwidth = "500mbit"
+            diffserv = "diffserv4"
+            flow_mode = "dual-dsthost"
+            nat = true
+            wash = true
+            ack_filter = "aggressive"
+            split_gso = false
+            rtt = "lan"
+            overhead = "ethernet"
+            ingress = true
+            memlimit = "32mb"
+            fwmark = "0xff"
+            packet_limit = 5000
+            queue = "fifo"
+            sync_interval = "500us"
+            sync_policy = "equal"
+            bypass = false
+            "#,
+        )
+        .unwrap();
+        let k = c.to_cake_config();
+        assert_eq!(k.rate.bits_per_sec(), 500_000_000);
+        assert_eq!(k.diffserv, DiffservMode::Diffserv4);
+        assert_eq!(k.flow_mode, FlowMode::DualDsthost);
+        assert!(k.nat && k.wash && k.ingress && !k.split_gso);
+        assert_eq!(k.ack_filter, AckFilterMode::Aggressive);
+        assert_eq!((k.interval_ns, k.target_ns), (1_000_000, 50_000));
+        assert_eq!((k.overhead, k.mpu, k.raw), (38, 84, false));
+        assert_eq!(k.memlimit, Some(32 << 20));
+        assert_eq!(k.fwmark_mask, 0xff);
+        assert_eq!(k.packet_limit, 5000);
+        assert_eq!(c.shaper.queue, QueueKind::Fifo);
+        assert_eq!(c.shaper.sync_interval_ns, 500_000);
+        assert_eq!(c.shaper.sync_policy, SyncPolicy::Equal);
+        assert!(!c.shaper.bypass);
+    }
+
+    #[test]
+    fn the_options_string_is_overridden_by_keys() {
+        let c = Config::from_toml_str(
+            "[shaper]\noptions = \"bandwidth 200mbit diffserv4 triple-isolate ethernet\"\nbandwidth = \"100mbit\"\n",
+        )
+        .unwrap();
+        let k = c.to_cake_config();
+        assert_eq!(k.rate.bits_per_sec(), 100_000_000);
+        assert_eq!(k.diffserv, DiffservMode::Diffserv4);
+        assert_eq!(k.overhead, 38);
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_the_fix() {
+        assert_eq!(
+            err("[shaper]\nrate = \"2gbps\""),
+            "shaper.rate: '2gbps' is not a rate; try '2gbit' or '250mbyte'"
+        );
+        assert!(err("[shaper]\nrate = \"fast\"").starts_with("shaper.rate: 'fast' is not a rate; try '200mbit'"));
+        let e = err("[shaper]\ndiffserv = \"diffserv5\"");
+        assert!(e.starts_with("shaper.diffserv: 'diffserv5' is not a diffserv mode"), "{e}");
+        let e = err("[shaper]\nflow_mode = \"triple\"");
+        assert!(e.contains("is not a flow mode"), "{e}");
+        let e = err("[shaper]\noverhead = 300");
+        assert_eq!(e, "shaper.overhead: 300 is out of range; valid range is -64 to 256");
+        let e = err("[shaper]\noverhead = \"ethernett\"");
+        assert!(e.contains("did you mean 'ethernet'?"), "{e}");
+        let e = err("[shaper]\nrtt = \"soon\"");
+        assert!(e.starts_with("shaper.rtt: 'soon' is not a duration") && e.contains("preset"), "{e}");
+        let e = err("[shaper]\nqueue = \"red\"");
+        assert!(e.contains("use \"cake\" or \"fifo\""), "{e}");
+        let e = err("[shaper]\noptions = \"bandwidth 1mbit diffserv9\"");
+        assert!(e.starts_with("shaper.options: unknown cake option 'diffserv9'"), "{e}");
+        let e = err("[shaper]\nrate = \"1mbit\"\nbandwidth = \"2mbit\"");
+        assert!(e.contains("keep one"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_and_sections_are_refused() {
+        let e = err("[shaper]\nratee = \"1mbit\"");
+        assert!(e.contains("unknown field `ratee`"), "{e}");
+        let e = err("[shaprr]\nrate = 1");
+        assert!(e.contains("unknown field `shaprr`"), "{e}");
+        let e = err("[shaper]\nnat = \"yes\"");
+        assert!(e.contains("nat") || e.contains("boolean"), "{e}");
+    }
+
+    #[test]
+    fn overrides_win_over_the_file_and_errors_name_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[shaper]\nbandwidth = \"100mbit\"\nraw = true\n").unwrap();
+        let mut o = Overrides::default();
+        o.set("shaper.rate", "300mbit", "--rate");
+        o.set("shaper.overhead", "docsis", "--overhead");
+        let c = Config::load(Some(&path), &o).unwrap();
+        let k = c.to_cake_config();
+        assert_eq!(k.rate.bits_per_sec(), 300_000_000);
+        assert_eq!((k.overhead, k.mpu, k.raw), (18, 64, false));
+
+        let mut bad = Overrides::default();
+        bad.set("shaper.rate", "fast", "--rate");
+        let e = Config::load(Some(&path), &bad).unwrap_err().to_string();
+        assert!(e.starts_with("--rate (shaper.rate): 'fast' is not a rate"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_file_names_the_path() {
+        let e = Config::load(Some(Path::new("/nonexistent/cakewalk.toml")), &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cannot read config file '/nonexistent/cakewalk.toml'"), "{e}");
+    }
+
+    #[test]
+    fn the_effective_shaper_section_reads_back_the_same() {
+        for text in [
+            "",
+            "[shaper]\noptions = \"bandwidth 1gbit diffserv8 pppoe-ptm ether-vlan nat wash ack-filter memlimit 10000 fwmark 8\"",
+            "[shaper]\nrate = \"10mbit\"\nraw = true\nqueue = \"fifo\"\nsync_policy = \"equal\"",
+        ] {
+            let c = Config::from_toml_str(text).unwrap();
+            let again = Config::from_toml_str(&c.shaper.to_toml()).unwrap();
+            assert_eq!(again.to_cake_config(), c.to_cake_config(), "{text}");
+            assert_eq!(again.shaper.queue, c.shaper.queue);
+            assert_eq!(again.shaper.sync_policy, c.shaper.sync_policy);
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! `cakewalk from-tc`: turns a tc cake command or option string into the equivalent
+//! `[shaper]` TOML section. Accepts the bare options (`"bandwidth 100mbit besteffort"`) or a
+//! whole command (`"tc qdisc add dev eth0 root cake bandwidth 100mbit"`, also `replace`,
+//! `change`, `handle 1:`, `parent 1:1`), and prints only what the string sets.
+
+use std::fmt::Write as _;
+
+use qdisc::cake::AtmMode;
+
+use super::keywords::{self, CakeOptions, TcError};
+use super::units;
+
+/// Strips a leading `tc qdisc add|replace|change|del dev X [root|parent P] [handle H] cake`
+/// prefix, returning the option words after `cake`. A string without `cake` in it is taken as
+/// bare options.
+///
+/// # Errors
+/// [`TcError::Unknown`] when the command names another qdisc (`... root fq_codel`).
+pub fn option_words(input: &str) -> Result<Vec<&str>, TcError> {
+    let words: Vec<&str> = input.split_whitespace().collect();
+    let starts_like_tc = matches!(words.first(), Some(&"tc") | Some(&"qdisc"));
+    if !starts_like_tc {
+        return Ok(words);
+    }
+    let mut i = 0;
+    while i < words.len() {
+        match words[i] {
+            "tc" | "qdisc" | "add" | "replace" | "change" | "root" | "ingress" | "clsact" => {
+                i += 1
+            }
+            "dev" | "parent" | "handle" | "estimator" | "stab" => i += 2,
+            "cake" | "cake_mq" => return Ok(words[i + 1..].to_vec()),
+            other => {
+                return Err(TcError::Unknown {
+                    word: other.to_string(),
+                    suggestion: ", expected a 'tc qdisc add dev DEV root cake ...' command"
+                        .to_string(),
+                })
+            }
+        }
+    }
+    // `tc qdisc add dev eth0 root` with no qdisc kind: nothing to convert.
+    Ok(Vec::new())
+}
+
+/// Converts a tc cake command or option string to a `[shaper]` TOML section.
+///
+/// # Errors
+/// A [`TcError`] naming the first word tc would refuse.
+///
+/// # Examples
+/// ```
+/// let toml = forwarder::config::tc::to_toml("tc qdisc add dev eth0 root cake bandwidth 1000").unwrap();
+/// assert!(toml.contains("bandwidth = \"1kbit\""));
+/// ```
+pub fn to_toml(input: &str) -> Result<String, TcError> {
+    let words = option_words(input)?;
+    let mut options = CakeOptions::default();
+    options.apply_words(&words)?;
+    Ok(render(&options, &words.join(" ")))
+}
+
+/// Renders `options` as a `[shaper]` section, with `source` as a comment.
+pub fn render(o: &CakeOptions, source: &str) -> String {
+    let mut out = String::new();
+    if !source.is_empty() {
+        let _ = writeln!(out, "# from tc: cake {source}");
+    }
+    out.push_str("[shaper]\n");
+    let mut line = |k: &str, v: String| {
+        let _ = writeln!(out, "{k} = {v}");
+    };
+    if let Some(r) = o.rate {
+        line("bandwidth", format!("\"{}\"", units::format_rate(r)));
+    }
+    if let Some(v) = o.autorate_ingress {
+        line("autorate_ingress", v.to_string());
+    }
+    if let Some(v) = o.interval_ns {
+        line("rtt", format!("\"{}\"", units::format_duration_ns(v)));
+    }
+    if let Some(v) = o.target_ns {
+        line("target", format!("\"{}\"", units::format_duration_ns(v)));
+    }
+    if let Some(v) = o.diffserv {
+        line("diffserv", format!("\"{}\"", keywords::diffserv_name(v)));
+    }
+    if let Some(v) = o.flow_mode {
+        line("flow_mode", format!("\"{}\"", keywords::flow_mode_name(v)));
+    }
+    if let Some(v) = o.nat {
+        line("nat", v.to_string());
+    }
+    if let Some(v) = o.wash {
+        line("wash", v.to_string());
+    }
+    if let Some(v) = o.split_gso {
+        line("split_gso", v.to_string());
+    }
+    if let Some(v) = o.ingress {
+        line("ingress", v.to_string());
+    }
+    if let Some(v) = o.ack_filter {
+        line("ack_filter", format!("\"{}\"", keywords::ack_filter_name(v)));
+    }
+    if let Some(v) = o.memlimit {
+        line("memlimit", format!("\"{}\"", units::format_size(v)));
+    }
+    if let Some(v) = o.fwmark {
+        line("fwmark", format!("{v:#x}"));
+    }
+    if o.raw == Some(true) {
+        line("raw", "true".to_string());
+    } else if let Some(v) = o.overhead {
+        line("overhead", v.to_string());
+    }
+    if let Some(v) = o.atm {
+        let name = match v {
+            AtmMode::None => "none",
+            AtmMode::Atm => "atm",
+            AtmMode::Ptm => "ptm",
+        };
+        line("atm", format!("\"{name}\""));
+    }
+    if let Some(v) = o.mpu {
+        line("mpu", v.to_string());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use qdisc::cake::{AckFilterMode, CakeConfig, DiffservMode, FlowMode};
+
+    /// Every option string of the kernel's tc-testing `qdiscs/cake.json` (cake-spec.md §9).
+    pub(crate) const TC_TESTING: [&str; 18] = [
+        "",
+        "bandwidth 1000",
+        "autorate-ingress",
+        "rtt 200",
+        "besteffort",
+        "diffserv8",
+        "diffserv4",
+        "flowblind",
+        "dsthost nat",
+        "hosts wash",
+        "flowblind no-split-gso",
+        "dual-srchost ack-filter",
+        "dual-dsthost ack-filter-aggressive",
+        "memlimit 10000 ptm",
+        "fwmark 8 atm",
+        "overhead 128 mpu 256",
+        "conservative ingress",
+        "mpu 128",
+    ];
+
+    fn via_toml(options: &str) -> CakeConfig {
+        let text = to_toml(options).unwrap();
+        Config::from_toml_str(&text)
+            .unwrap_or_else(|e| panic!("{options:?} -> {text}: {e}"))
+            .to_cake_config()
+    }
+
+    #[test]
+    fn every_tc_testing_string_converts_and_round_trips_through_toml() {
+        for options in TC_TESTING {
+            let direct = CakeOptions::parse(options).unwrap().to_cake_config();
+            assert_eq!(via_toml(options), direct, "{options:?}");
+            let prefixed = format!("tc qdisc add dev dummy0 handle 1: root cake {options}");
+            assert_eq!(via_toml(&prefixed), direct, "{prefixed:?}");
+        }
+    }
+
+    #[test]
+    fn tc_testing_strings_mean_what_the_kernel_shows() {
+        let c = via_toml("bandwidth 1000");
+        assert_eq!(c.rate.to_string(), "1Kbit");
+        assert!(via_toml("autorate-ingress").autorate_ingress);
+        assert_eq!(via_toml("rtt 200").interval_ns, 200_000);
+        assert_eq!(via_toml("besteffort").diffserv, DiffservMode::Besteffort);
+        assert_eq!(via_toml("diffserv8").diffserv, DiffservMode::Diffserv8);
+        let c = via_toml("dsthost nat");
+        assert_eq!((c.flow_mode, c.nat), (FlowMode::Dsthost, true));
+        let c = via_toml("hosts wash");
+        assert_eq!((c.flow_mode, c.wash), (FlowMode::Hosts, true));
+        assert!(!via_toml("flowblind no-split-gso").split_gso);
+        assert_eq!(
+            via_toml("dual-dsthost ack-filter-aggressive").ack_filter,
+            AckFilterMode::Aggressive
+        );
+        let c = via_toml("memlimit 10000 ptm");
+        assert_eq!((c.memlimit, c.atm), (Some(10000), AtmMode::Ptm));
+        let c = via_toml("fwmark 8 atm");
+        assert_eq!((c.fwmark_mask, c.atm), (8, AtmMode::Atm));
+        let c = via_toml("overhead 128 mpu 256");
+        assert_eq!((c.overhead, c.mpu, c.raw), (128, 256, false));
+        let c = via_toml("conservative ingress");
+        assert_eq!((c.overhead, c.atm, c.ingress), (48, AtmMode::Atm, true));
+        assert_eq!(via_toml("mpu 128").mpu, 128);
+    }
+
+    #[test]
+    fn command_prefixes_are_stripped() {
+        for cmd in [
+            "tc qdisc add dev eth0 root cake bandwidth 10mbit",
+            "tc qdisc replace dev eth0 root cake bandwidth 10mbit",
+            "tc qdisc change dev eth0 root cake bandwidth 10mbit",
+            "qdisc add dev eth0 parent 1:1 handle 10: cake bandwidth 10mbit",
+        ] {
+            assert_eq!(option_words(cmd).unwrap(), vec!["bandwidth", "10mbit"]);
+        }
+        let e = to_toml("tc qdisc add dev eth0 root fq_codel").unwrap_err();
+        assert!(e.to_string().contains("'fq_codel'"));
+    }
+
+    #[test]
+    fn invalid_strings_give_clear_errors() {
+        let e = to_toml("bandwidth 100mbit diffserv7").unwrap_err().to_string();
+        assert!(e.starts_with("unknown cake option 'diffserv7'"), "{e}");
+        let e = to_toml("overhead lots").unwrap_err().to_string();
+        assert!(e.contains("valid range is -64 to 256"), "{e}");
+        assert!(to_toml("memlimit").is_err());
+    }
+}

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use qdisc::Packet;
 use serde::Deserialize;
 
+pub mod afpacket;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod pcap;

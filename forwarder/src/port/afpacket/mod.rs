@@ -1,0 +1,891 @@
+//! The AF_PACKET backend: a Linux interface (a veth in a lab, a container's eth0, a real NIC
+//! without DPDK) as a cakewalk port.
+//!
+//! Each receive queue is one `SOCK_RAW` packet socket bound to the interface for every protocol,
+//! with the interface in promiscuous mode and `PACKET_IGNORE_OUTGOING` set so a socket never
+//! sees what cakewalk itself transmits. With several receive queues the sockets join one
+//! `PACKET_FANOUT` group in hash mode (with defragmentation), so the kernel spreads flows over
+//! queues and keeps each flow on one queue. Each transmit queue is its own socket bound with
+//! protocol 0, which receives nothing. Sockets are non-blocking; batches go through
+//! `recvmmsg`/`sendmmsg` straight into and out of [`PoolBuf`]s, so a burst costs one system
+//! call per 64 frames and no allocation or copy in user space.
+//!
+//! **Oversize frames.** A frame longer than a pool buffer (a GRO/GSO super-frame from a veth
+//! whose peer has offloads on, or a jumbo frame) cannot be forwarded intact: it is counted in
+//! `rx_oversize` and dropped, deliberately, rather than forwarded truncated. Turn the offloads
+//! off on the hosts that send into the port (`ethtool -K DEV tx off tso off gso off gro off`)
+//! or raise the pool's buffer size. VLAN tags that the kernel moved out of the frame (rx VLAN
+//! offload) are not put back; turn `rxvlan` off on such interfaces.
+//!
+//! **Transmit.** Frames go through the interface's kernel qdisc unless
+//! [`AfPacketConfig::qdisc_bypass`] is set (a lab may put a kernel HTB there for comparison).
+//! When the kernel's qdisc drops a frame (`ENOBUFS`) it counts as handed over and is counted
+//! in `tx_kernel_drops`; when the socket's send buffer is full (`EAGAIN`) the frame stays with
+//! the caller, like a full NIC ring.
+//!
+//! This module does not parse frames and does not decide what to forward where; the `unsafe`
+//! system calls live in [`sys`].
+
+mod sys;
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use super::pool::{Pool, PoolBuf};
+use super::{PortBuf, PortRx, PortTx};
+
+use sys::{PacketSocket, BATCH_MAX, ETH_P_ALL};
+
+/// Linux capability bit numbers (linux/capability.h).
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_NET_RAW: u32 = 13;
+/// How many receive bursts pass between reads of the kernel's socket drop counter.
+const KERNEL_STATS_EVERY: u32 = 4096;
+/// The most receive queues (fanout group members) one port opens.
+pub const MAX_QUEUES: usize = 64;
+
+/// Why an AF_PACKET port could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum AfPacketError {
+    /// No interface of that name in this network namespace.
+    #[error("interface '{iface}' not found; list with `ip link`")]
+    InterfaceNotFound {
+        /// The name given.
+        iface: String,
+    },
+    /// Packet sockets need CAP_NET_RAW.
+    #[error(
+        "opening a packet socket on '{iface}' needs root or CAP_NET_RAW; run as root, \
+         or grant it with `setcap cap_net_raw,cap_net_admin+ep` on the binary \
+         (in a container: --cap-add NET_RAW --cap-add NET_ADMIN)"
+    )]
+    PermissionDenied {
+        /// The interface.
+        iface: String,
+    },
+    /// The queue counts are out of range.
+    #[error("{what} = {value} is out of range for '{iface}'; use 1 to {MAX_QUEUES}")]
+    BadQueueCount {
+        /// The interface.
+        iface: String,
+        /// Which setting.
+        what: &'static str,
+        /// The value given.
+        value: usize,
+    },
+    /// A system call failed for another reason.
+    #[error("{call} on '{iface}' failed")]
+    Syscall {
+        /// The call or option that failed.
+        call: &'static str,
+        /// The interface.
+        iface: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Settings of one AF_PACKET port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AfPacketConfig {
+    /// The interface name, as `ip link` lists it.
+    pub iface: String,
+    /// Receive queues: one socket each, in a hash fanout group when more than one.
+    pub rx_queues: usize,
+    /// Transmit queues: one socket each.
+    pub tx_queues: usize,
+    /// Put the interface in promiscuous mode while the port is open (a bridge-style forwarder
+    /// must see frames addressed to other MACs).
+    pub promiscuous: bool,
+    /// Skip the interface's kernel qdisc on transmit (`PACKET_QDISC_BYPASS`).
+    pub qdisc_bypass: bool,
+    /// Receive and send socket buffer size in bytes (forced past `rmem_max`/`wmem_max` when
+    /// the process has CAP_NET_ADMIN).
+    pub socket_buffer_bytes: usize,
+}
+
+impl AfPacketConfig {
+    /// One receive and one transmit queue on `iface`, promiscuous, 4 MiB socket buffers.
+    pub fn new(iface: impl Into<String>) -> AfPacketConfig {
+        AfPacketConfig {
+            iface: iface.into(),
+            rx_queues: 1,
+            tx_queues: 1,
+            promiscuous: true,
+            qdisc_bypass: false,
+            socket_buffer_bytes: 4 << 20,
+        }
+    }
+}
+
+/// Counters of one receive queue, published once per burst by its single writer.
+#[derive(Debug, Default)]
+pub struct RxCounters {
+    /// Frames handed to the caller.
+    pub packets: AtomicU64,
+    /// Bytes handed to the caller.
+    pub bytes: AtomicU64,
+    /// Frames longer than a pool buffer, dropped.
+    pub oversize: AtomicU64,
+    /// Bursts cut short because the pool had no free buffer.
+    pub no_buffer: AtomicU64,
+    /// Frames the kernel dropped because the socket's receive buffer was full.
+    pub kernel_drops: AtomicU64,
+    /// Receive calls that failed with an unexpected error.
+    pub errors: AtomicU64,
+}
+
+/// Counters of one transmit queue, published once per burst by its single writer.
+#[derive(Debug, Default)]
+pub struct TxCounters {
+    /// Frames the kernel accepted.
+    pub packets: AtomicU64,
+    /// Bytes the kernel accepted.
+    pub bytes: AtomicU64,
+    /// Frames the interface's kernel qdisc dropped (`ENOBUFS`).
+    pub kernel_drops: AtomicU64,
+    /// Frames refused for good (too big for the interface, interface down); dropped.
+    pub errors: AtomicU64,
+    /// Bursts that stopped early because the socket's send buffer was full.
+    pub full: AtomicU64,
+}
+
+/// Sums of a port's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AfPacketTotals {
+    /// Frames received and handed on.
+    pub rx_packets: u64,
+    /// Bytes received and handed on.
+    pub rx_bytes: u64,
+    /// Frames dropped on receive for being longer than a buffer.
+    pub rx_oversize: u64,
+    /// Receive bursts cut short by an empty pool.
+    pub rx_no_buffer: u64,
+    /// Frames the kernel dropped before cakewalk read them (socket buffer full).
+    pub rx_kernel_drops: u64,
+    /// Failed receive calls.
+    pub rx_errors: u64,
+    /// Frames transmitted.
+    pub tx_packets: u64,
+    /// Bytes transmitted.
+    pub tx_bytes: u64,
+    /// Frames the kernel qdisc dropped after cakewalk sent them.
+    pub tx_kernel_drops: u64,
+    /// Frames the kernel refused; dropped.
+    pub tx_errors: u64,
+    /// Transmit bursts that met a full send buffer.
+    pub tx_full: u64,
+}
+
+/// The counters of every queue of one port.
+#[derive(Debug, Default)]
+pub struct AfPacketStats {
+    /// One entry per receive queue.
+    pub rx: Vec<Arc<RxCounters>>,
+    /// One entry per transmit queue.
+    pub tx: Vec<Arc<TxCounters>>,
+}
+
+impl AfPacketStats {
+    /// Sums the counters of every queue.
+    pub fn totals(&self) -> AfPacketTotals {
+        let mut t = AfPacketTotals::default();
+        for r in &self.rx {
+            t.rx_packets += r.packets.load(Relaxed);
+            t.rx_bytes += r.bytes.load(Relaxed);
+            t.rx_oversize += r.oversize.load(Relaxed);
+            t.rx_no_buffer += r.no_buffer.load(Relaxed);
+            t.rx_kernel_drops += r.kernel_drops.load(Relaxed);
+            t.rx_errors += r.errors.load(Relaxed);
+        }
+        for x in &self.tx {
+            t.tx_packets += x.packets.load(Relaxed);
+            t.tx_bytes += x.bytes.load(Relaxed);
+            t.tx_kernel_drops += x.kernel_drops.load(Relaxed);
+            t.tx_errors += x.errors.load(Relaxed);
+            t.tx_full += x.full.load(Relaxed);
+        }
+        t
+    }
+}
+
+/// An open AF_PACKET port: its queues, not yet handed to workers.
+#[derive(Debug)]
+pub struct AfPacketPort {
+    rx: Vec<AfPacketRx>,
+    tx: Vec<AfPacketTx>,
+    stats: Arc<AfPacketStats>,
+    ifindex: u32,
+}
+
+impl AfPacketPort {
+    /// Opens the sockets of `cfg.iface`, taking receive buffers from `pool`.
+    ///
+    /// # Errors
+    /// [`AfPacketError::InterfaceNotFound`] when no such interface exists here,
+    /// [`AfPacketError::PermissionDenied`] without CAP_NET_RAW, [`AfPacketError::Syscall`]
+    /// for any other failure (naming the call).
+    pub fn open(cfg: &AfPacketConfig, pool: Pool) -> Result<AfPacketPort, AfPacketError> {
+        let iface = cfg.iface.as_str();
+        for (what, value) in [("rx_queues", cfg.rx_queues), ("tx_queues", cfg.tx_queues)] {
+            if value == 0 || value > MAX_QUEUES {
+                return Err(AfPacketError::BadQueueCount {
+                    iface: iface.to_string(),
+                    what,
+                    value,
+                });
+            }
+        }
+        let ifindex = sys::if_index(iface)
+            .map_err(|e| syscall_err("if_nametoindex", iface, e))?
+            .ok_or_else(|| AfPacketError::InterfaceNotFound {
+                iface: iface.to_string(),
+            })?;
+        // Fanout group ids are per network namespace; the pid and ifindex make collisions
+        // with another process on the same interface unlikely.
+        let fanout_group = ((std::process::id() ^ (ifindex << 8)) & 0xffff) as libc::c_int;
+        let mut stats = AfPacketStats::default();
+        let mut rx = Vec::with_capacity(cfg.rx_queues);
+        for _ in 0..cfg.rx_queues {
+            let sock = open_socket(iface)?;
+            set_buffer(&sock, iface, true, cfg.socket_buffer_bytes)?;
+            sock.set_int(libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
+                .map_err(|e| syscall_err("setsockopt(PACKET_IGNORE_OUTGOING)", iface, e))?;
+            sock.bind(ifindex, ETH_P_ALL)
+                .map_err(|e| syscall_err("bind", iface, e))?;
+            if cfg.promiscuous {
+                sock.add_promisc(ifindex).map_err(|e| {
+                    syscall_err("setsockopt(PACKET_ADD_MEMBERSHIP promisc)", iface, e)
+                })?;
+            }
+            if cfg.rx_queues > 1 {
+                let mode =
+                    (libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) as libc::c_int;
+                sock.set_int(
+                    libc::SOL_PACKET,
+                    libc::PACKET_FANOUT,
+                    fanout_group | (mode << 16),
+                )
+                .map_err(|e| syscall_err("setsockopt(PACKET_FANOUT)", iface, e))?;
+            }
+            let counters = Arc::new(RxCounters::default());
+            stats.rx.push(counters.clone());
+            rx.push(AfPacketRx {
+                sock,
+                pool,
+                spare: Vec::with_capacity(BATCH_MAX),
+                counters,
+                bursts: 0,
+                published: RxTally::default(),
+                tally: RxTally::default(),
+            });
+        }
+        let mut tx = Vec::with_capacity(cfg.tx_queues);
+        for _ in 0..cfg.tx_queues {
+            let sock = open_socket(iface)?;
+            set_buffer(&sock, iface, false, cfg.socket_buffer_bytes)?;
+            if cfg.qdisc_bypass {
+                sock.set_int(libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1)
+                    .map_err(|e| syscall_err("setsockopt(PACKET_QDISC_BYPASS)", iface, e))?;
+            }
+            // Protocol 0: this socket transmits on the interface and receives nothing.
+            sock.bind(ifindex, 0)
+                .map_err(|e| syscall_err("bind", iface, e))?;
+            let counters = Arc::new(TxCounters::default());
+            stats.tx.push(counters.clone());
+            tx.push(AfPacketTx {
+                sock,
+                counters,
+                tally: TxTally::default(),
+            });
+        }
+        Ok(AfPacketPort {
+            rx,
+            tx,
+            stats: Arc::new(stats),
+            ifindex,
+        })
+    }
+
+    /// The shared counters of this port's queues.
+    pub fn stats(&self) -> Arc<AfPacketStats> {
+        self.stats.clone()
+    }
+
+    /// The interface index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Hands out the queues, one per worker.
+    pub fn split(self) -> (Vec<AfPacketRx>, Vec<AfPacketTx>) {
+        (self.rx, self.tx)
+    }
+}
+
+fn syscall_err(call: &'static str, iface: &str, source: io::Error) -> AfPacketError {
+    AfPacketError::Syscall {
+        call,
+        iface: iface.to_string(),
+        source,
+    }
+}
+
+fn open_socket(iface: &str) -> Result<PacketSocket, AfPacketError> {
+    PacketSocket::open().map_err(|e| match e.kind() {
+        io::ErrorKind::PermissionDenied => AfPacketError::PermissionDenied {
+            iface: iface.to_string(),
+        },
+        _ => syscall_err("socket(AF_PACKET, SOCK_RAW)", iface, e),
+    })
+}
+
+/// Sets a socket buffer size, forcing past the sysctl maximum when allowed and falling back
+/// to the capped size otherwise.
+fn set_buffer(
+    sock: &PacketSocket,
+    iface: &str,
+    rx: bool,
+    bytes: usize,
+) -> Result<(), AfPacketError> {
+    let bytes = bytes.min(i32::MAX as usize / 2) as libc::c_int;
+    let (force, plain, call) = if rx {
+        (
+            libc::SO_RCVBUFFORCE,
+            libc::SO_RCVBUF,
+            "setsockopt(SO_RCVBUF)",
+        )
+    } else {
+        (
+            libc::SO_SNDBUFFORCE,
+            libc::SO_SNDBUF,
+            "setsockopt(SO_SNDBUF)",
+        )
+    };
+    if sock.set_int(libc::SOL_SOCKET, force, bytes).is_ok() {
+        return Ok(());
+    }
+    sock.set_int(libc::SOL_SOCKET, plain, bytes)
+        .map_err(|e| syscall_err(call, iface, e))
+}
+
+/// Returns the capabilities from `needed` that the effective set in `status` (the text of
+/// `/proc/self/status`) lacks, by name. Unreadable input counts as lacking all of them.
+pub fn missing_capabilities(status: &str) -> Vec<&'static str> {
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    [
+        (CAP_NET_RAW, "CAP_NET_RAW"),
+        (CAP_NET_ADMIN, "CAP_NET_ADMIN"),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| eff & (1u64 << bit) == 0)
+    .map(|(_, name)| name)
+    .collect()
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct RxTally {
+    packets: u64,
+    bytes: u64,
+    oversize: u64,
+    no_buffer: u64,
+    kernel_drops: u64,
+    errors: u64,
+}
+
+/// One receive queue: a packet socket (a fanout group member when the port has several).
+#[derive(Debug)]
+pub struct AfPacketRx {
+    sock: PacketSocket,
+    pool: Pool,
+    /// Buffers taken from the pool but not yet filled, reused across bursts.
+    spare: Vec<PoolBuf>,
+    counters: Arc<RxCounters>,
+    bursts: u32,
+    tally: RxTally,
+    published: RxTally,
+}
+
+impl AfPacketRx {
+    /// Reads the kernel's count of frames it dropped for this socket since the last read.
+    fn poll_kernel_drops(&mut self) {
+        match self.sock.take_stats() {
+            Ok((_, drops)) => self.tally.kernel_drops += u64::from(drops),
+            Err(_) => self.tally.errors += 1,
+        }
+    }
+
+    fn publish(&mut self) {
+        let (t, p, c) = (&self.tally, &mut self.published, &self.counters);
+        // Single writer: plain stores of the running totals, skipped when nothing changed.
+        if t.packets != p.packets {
+            c.packets.store(t.packets, Relaxed);
+            c.bytes.store(t.bytes, Relaxed);
+        }
+        if t.oversize != p.oversize
+            || t.no_buffer != p.no_buffer
+            || t.kernel_drops != p.kernel_drops
+            || t.errors != p.errors
+        {
+            c.oversize.store(t.oversize, Relaxed);
+            c.no_buffer.store(t.no_buffer, Relaxed);
+            c.kernel_drops.store(t.kernel_drops, Relaxed);
+            c.errors.store(t.errors, Relaxed);
+        }
+        *p = *t;
+    }
+}
+
+impl PortRx for AfPacketRx {
+    type Buf = PoolBuf;
+
+    fn rx_burst(&mut self, burst: &mut Vec<PoolBuf>, max: usize) -> usize {
+        let mut appended = 0;
+        while appended < max {
+            let want = (max - appended).min(BATCH_MAX);
+            while self.spare.len() < want {
+                match self.pool.alloc() {
+                    Some(b) => self.spare.push(b),
+                    None => break,
+                }
+            }
+            if self.spare.is_empty() {
+                self.tally.no_buffer += 1;
+                break;
+            }
+            let n = self.spare.len().min(want);
+            let mut lens = [(0usize, false); BATCH_MAX];
+            let got = {
+                let mut slices: [&mut [u8]; BATCH_MAX] =
+                    std::array::from_fn(|_| <&mut [u8]>::default());
+                for (slot, buf) in slices.iter_mut().zip(self.spare.iter_mut()).take(n) {
+                    let cap = buf.capacity();
+                    *slot = buf.set_len(cap);
+                }
+                self.sock.recv_batch(&mut slices[..n], &mut lens[..n])
+            };
+            let got = match got {
+                Ok(g) => g,
+                Err(_) => {
+                    self.tally.errors += 1;
+                    break;
+                }
+            };
+            for (mut buf, &(len, truncated)) in self.spare.drain(..got).zip(lens.iter()) {
+                if truncated {
+                    self.tally.oversize += 1;
+                    continue;
+                }
+                buf.set_len(len);
+                self.tally.bytes += len as u64;
+                burst.push(buf);
+                appended += 1;
+            }
+            if got < n {
+                break;
+            }
+        }
+        self.tally.packets += appended as u64;
+        self.bursts = self.bursts.wrapping_add(1);
+        if self.bursts % KERNEL_STATS_EVERY == 0 {
+            self.poll_kernel_drops();
+        }
+        self.publish();
+        appended
+    }
+}
+
+impl Drop for AfPacketRx {
+    fn drop(&mut self) {
+        self.poll_kernel_drops();
+        self.publish();
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct TxTally {
+    packets: u64,
+    bytes: u64,
+    kernel_drops: u64,
+    errors: u64,
+    full: u64,
+}
+
+/// One transmit queue: a packet socket that only sends.
+#[derive(Debug)]
+pub struct AfPacketTx {
+    sock: PacketSocket,
+    counters: Arc<TxCounters>,
+    tally: TxTally,
+}
+
+impl AfPacketTx {
+    fn publish(&self) {
+        let (t, c) = (&self.tally, &self.counters);
+        c.packets.store(t.packets, Relaxed);
+        c.bytes.store(t.bytes, Relaxed);
+        c.kernel_drops.store(t.kernel_drops, Relaxed);
+        c.errors.store(t.errors, Relaxed);
+        c.full.store(t.full, Relaxed);
+    }
+}
+
+impl PortTx for AfPacketTx {
+    type Buf = PoolBuf;
+
+    /// Hands frames to the kernel from the front of `burst`. Returns how many frames left
+    /// `burst`: the ones the kernel accepted plus the ones it refused for good (dropped and
+    /// counted in `tx_kernel_drops` or `tx_errors`). Frames stay in `burst` only when the
+    /// socket's send buffer is full.
+    fn tx_burst(&mut self, burst: &mut Vec<PoolBuf>) -> usize {
+        let before = burst.len();
+        // Each pass removes at least one frame or stops, so this ends within `before` passes.
+        while !burst.is_empty() {
+            let n = burst.len().min(BATCH_MAX);
+            let result = {
+                let mut frames: [&[u8]; BATCH_MAX] = [&[]; BATCH_MAX];
+                for (slot, buf) in frames.iter_mut().zip(burst.iter()).take(n) {
+                    *slot = buf.data();
+                }
+                self.sock.send_batch(&frames[..n])
+            };
+            match result {
+                Ok(0) => {
+                    self.tally.full += 1;
+                    break;
+                }
+                Ok(k) => {
+                    let k = k.min(n);
+                    for buf in burst.drain(..k) {
+                        self.tally.bytes += buf.data().len() as u64;
+                    }
+                    self.tally.packets += k as u64;
+                    // A short count hides why frame k stopped; the next pass starts with it
+                    // and so learns the error.
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.tally.full += 1;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if e.raw_os_error() == Some(libc::ENOBUFS) {
+                        self.tally.kernel_drops += 1;
+                    } else {
+                        self.tally.errors += 1;
+                    }
+                    burst.remove(0);
+                }
+            }
+        }
+        self.publish();
+        before - burst.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capability_check_names_what_the_effective_set_lacks() {
+        let root = "Name:\tx\nCapEff:\t000001ffffffffff\n";
+        assert!(missing_capabilities(root).is_empty());
+        let raw_only = format!("CapEff:\t{:016x}\n", 1u64 << CAP_NET_RAW);
+        assert_eq!(missing_capabilities(&raw_only), vec!["CAP_NET_ADMIN"]);
+        assert_eq!(
+            missing_capabilities("CapEff:\t0000000000000000\n"),
+            vec!["CAP_NET_RAW", "CAP_NET_ADMIN"]
+        );
+        assert_eq!(
+            missing_capabilities("garbage"),
+            vec!["CAP_NET_RAW", "CAP_NET_ADMIN"]
+        );
+    }
+
+    #[test]
+    fn a_missing_interface_is_reported_by_name_with_the_fix() {
+        let err = AfPacketPort::open(&AfPacketConfig::new("veth9-not-here"), Pool::new(4, 2048))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "interface 'veth9-not-here' not found; list with `ip link`"
+        );
+    }
+
+    #[test]
+    fn zero_queues_are_refused_with_the_valid_range() {
+        let mut cfg = AfPacketConfig::new("lo");
+        cfg.rx_queues = 0;
+        let err = AfPacketPort::open(&cfg, Pool::new(4, 2048)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "rx_queues = 0 is out of range for 'lo'; use 1 to 64"
+        );
+    }
+
+    // ---- Privileged tests: each runs in a network namespace of its own (the test thread
+    // unshares one), with one veth pair va <-> vb. The namespace and the veths vanish when the
+    // thread ends, pass or fail. Run with `scripts/test lab` (root).
+
+    use std::process::Command;
+
+    /// A local-experimental ethertype (IEEE 802 88B5) that no kernel stack answers.
+    const TEST_ETHERTYPE: [u8; 2] = [0x88, 0xb5];
+    /// Bounds for every receive loop: polls, 1 ms apart.
+    const MAX_POLLS: usize = 3000;
+
+    fn run(cmd: &str, args: &[&str]) {
+        let out = Command::new(cmd)
+            .args(args)
+            .output()
+            .expect("spawn a lab command");
+        assert!(
+            out.status.success(),
+            "{cmd} {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Moves this test's thread into a fresh namespace with veth pair va <-> vb, both up.
+    /// Returns false (after saying why) when this machine cannot run the test.
+    fn enter_veth_lab() -> bool {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let missing = missing_capabilities(&status);
+        if !missing.is_empty() {
+            eprintln!(
+                "SKIP: needs root ({} missing); run scripts/test lab as root",
+                missing.join(", ")
+            );
+            return false;
+        }
+        sys::unshare_net_namespace().expect("unshare(CLONE_NEWNET)");
+        run(
+            "sysctl",
+            &[
+                "-qw",
+                "net.ipv6.conf.all.disable_ipv6=1",
+                "net.ipv6.conf.default.disable_ipv6=1",
+            ],
+        );
+        run(
+            "ip",
+            &["link", "add", "va", "type", "veth", "peer", "name", "vb"],
+        );
+        run("ip", &["link", "set", "va", "up"]);
+        run("ip", &["link", "set", "vb", "up"]);
+        true
+    }
+
+    /// A frame of `len` bytes with the test ethertype and `seq` in the first payload bytes.
+    fn test_frame(pool: &Pool, seq: u32, len: usize) -> PoolBuf {
+        let mut buf = pool.alloc().expect("test pool has room");
+        let f = buf.set_len(len);
+        f.fill(0);
+        f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
+        f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa]);
+        f[12..14].copy_from_slice(&TEST_ETHERTYPE);
+        f[14..18].copy_from_slice(&seq.to_be_bytes());
+        for (i, b) in f[18..].iter_mut().enumerate() {
+            *b = (i as u32 ^ seq) as u8;
+        }
+        buf
+    }
+
+    fn send_all(tx: &mut AfPacketTx, mut frames: Vec<PoolBuf>) {
+        for _ in 0..MAX_POLLS {
+            if frames.is_empty() {
+                return;
+            }
+            tx.tx_burst(&mut frames);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("{} frames never left the transmit queue", frames.len());
+    }
+
+    /// Polls `rx` until `want` test frames arrived or `polls` polls passed.
+    fn receive(rx: &mut AfPacketRx, want: usize, polls: usize) -> Vec<PoolBuf> {
+        let mut got = Vec::with_capacity(want);
+        let mut burst = Vec::with_capacity(64);
+        for _ in 0..polls {
+            rx.rx_burst(&mut burst, 64);
+            got.extend(
+                burst
+                    .drain(..)
+                    .filter(|b| b.data().get(12..14) == Some(&TEST_ETHERTYPE[..])),
+            );
+            if got.len() >= want {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        got
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace and a veth pair"]
+    fn frames_sent_on_one_veth_end_arrive_intact_and_in_order_on_the_other() {
+        if !enter_veth_lab() {
+            return;
+        }
+        let pool = Pool::new(2048, 2048);
+        let a = AfPacketPort::open(&AfPacketConfig::new("va"), pool).unwrap();
+        let b = AfPacketPort::open(&AfPacketConfig::new("vb"), pool).unwrap();
+        let (a_stats, b_stats) = (a.stats(), b.stats());
+        let (mut a_rx, mut a_tx) = a.split();
+        let (mut b_rx, _b_tx) = b.split();
+        let sizes = [60, 64, 128, 577, 1000, 1514];
+        let expected: Vec<Vec<u8>> = (0..600u32)
+            .map(|i| {
+                test_frame(&pool, i, sizes[i as usize % sizes.len()])
+                    .data()
+                    .to_vec()
+            })
+            .collect();
+        let frames = (0..600u32)
+            .map(|i| test_frame(&pool, i, sizes[i as usize % sizes.len()]))
+            .collect();
+        send_all(&mut a_tx[0], frames);
+        let got = receive(&mut b_rx[0], expected.len(), MAX_POLLS);
+        assert_eq!(got.len(), expected.len());
+        for (g, e) in got.iter().zip(&expected) {
+            assert_eq!(g.data(), &e[..]);
+        }
+        // PACKET_IGNORE_OUTGOING: the sending side never reads its own frames back.
+        assert!(receive(&mut a_rx[0], 1, 50).is_empty());
+        let (at, bt) = (a_stats.totals(), b_stats.totals());
+        assert_eq!(at.tx_packets, 600);
+        assert_eq!(
+            at.tx_bytes,
+            expected.iter().map(|e| e.len() as u64).sum::<u64>()
+        );
+        assert_eq!(bt.rx_packets, 600);
+        assert_eq!((bt.rx_oversize, bt.rx_errors, at.tx_errors), (0, 0, 0));
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace and a veth pair"]
+    fn oversize_frames_are_counted_and_dropped_not_truncated() {
+        if !enter_veth_lab() {
+            return;
+        }
+        let big_pool = Pool::new(256, 2048);
+        let small_pool = Pool::new(256, 256);
+        let a = AfPacketPort::open(&AfPacketConfig::new("va"), big_pool).unwrap();
+        let b = AfPacketPort::open(&AfPacketConfig::new("vb"), small_pool).unwrap();
+        let b_stats = b.stats();
+        let (_a_rx, mut a_tx) = a.split();
+        let (mut b_rx, _b_tx) = b.split();
+        let frames = (0..40u32)
+            .map(|i| test_frame(&big_pool, i, if i % 2 == 0 { 100 } else { 1000 }))
+            .collect();
+        send_all(&mut a_tx[0], frames);
+        let got = receive(&mut b_rx[0], 20, MAX_POLLS);
+        assert_eq!(got.len(), 20);
+        assert!(got.iter().all(|g| g.data().len() == 100));
+        // The odd frames (1000 bytes) did not fit a 256-byte buffer. The last one follows the
+        // last small frame, so poll (bounded) until it has been read too.
+        let mut burst = Vec::with_capacity(64);
+        for _ in 0..MAX_POLLS {
+            if b_stats.totals().rx_oversize >= 20 {
+                break;
+            }
+            b_rx[0].rx_burst(&mut burst, 64);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(burst.is_empty());
+        assert_eq!(b_stats.totals().rx_oversize, 20);
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace and a veth pair"]
+    fn fanout_spreads_flows_over_receive_queues_and_keeps_each_flow_on_one() {
+        if !enter_veth_lab() {
+            return;
+        }
+        let pool = Pool::new(4096, 2048);
+        let a = AfPacketPort::open(&AfPacketConfig::new("va"), pool).unwrap();
+        let mut cfg = AfPacketConfig::new("vb");
+        cfg.rx_queues = 2;
+        let b = AfPacketPort::open(&cfg, pool).unwrap();
+        let (_a_rx, mut a_tx) = a.split();
+        let (mut b_rx, _b_tx) = b.split();
+        let (src, dst) = ("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
+        let mut frames = Vec::new();
+        for round in 0..8u16 {
+            for flow in 0..64u16 {
+                let mut buf = pool.alloc().unwrap();
+                let f = buf.set_len(2048);
+                let len = crate::wire::build_udp_frame(f, src, dst, 10_000 + flow, 5201, 0, 0, 64)
+                    .unwrap();
+                f[42..44].copy_from_slice(&round.to_be_bytes());
+                buf.set_len(len);
+                frames.push(buf);
+            }
+        }
+        send_all(&mut a_tx[0], frames);
+        let mut per_queue = [Vec::new(), Vec::new()];
+        let mut burst = Vec::with_capacity(64);
+        for _ in 0..MAX_POLLS {
+            for (q, rx) in b_rx.iter_mut().enumerate() {
+                rx.rx_burst(&mut burst, 64);
+                for f in burst.drain(..) {
+                    if f.data().get(12..14) == Some(&[0x08, 0x00][..]) {
+                        per_queue[q].push(u16::from_be_bytes([f.data()[34], f.data()[35]]));
+                    }
+                }
+            }
+            if per_queue[0].len() + per_queue[1].len() >= 512 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(per_queue[0].len() + per_queue[1].len(), 512);
+        assert!(
+            !per_queue[0].is_empty() && !per_queue[1].is_empty(),
+            "hash fanout used one queue only"
+        );
+        for port in &per_queue[0] {
+            assert!(
+                !per_queue[1].contains(port),
+                "flow {port} was split over both queues"
+            );
+        }
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace and a veth pair"]
+    fn frames_the_kernel_qdisc_drops_leave_the_burst_and_are_counted() {
+        if !enter_veth_lab() {
+            return;
+        }
+        // A tiny TBF on va: a burst of 200 frames overflows it at once.
+        run(
+            "tc",
+            &[
+                "qdisc", "add", "dev", "va", "root", "tbf", "rate", "1mbit", "burst", "1600",
+                "limit", "3000",
+            ],
+        );
+        let pool = Pool::new(512, 2048);
+        let a = AfPacketPort::open(&AfPacketConfig::new("va"), pool).unwrap();
+        let stats = a.stats();
+        let (_a_rx, mut a_tx) = a.split();
+        let mut frames: Vec<_> = (0..200u32).map(|i| test_frame(&pool, i, 1000)).collect();
+        let left = a_tx[0].tx_burst(&mut frames);
+        assert_eq!(left + frames.len(), 200);
+        send_all(&mut a_tx[0], frames);
+        let t = stats.totals();
+        assert!(
+            t.tx_kernel_drops > 0,
+            "the TBF should have dropped frames: {t:?}"
+        );
+        assert_eq!(t.tx_packets + t.tx_kernel_drops, 200, "{t:?}");
+    }
+}

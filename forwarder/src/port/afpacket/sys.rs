@@ -1,0 +1,247 @@
+//! The only `unsafe` in the AF_PACKET backend: thin wrappers over the `libc` calls it needs
+//! (socket, bind, setsockopt, if_nametoindex, recvmmsg, sendmmsg). Each wrapper maps `-1` to
+//! `io::Error::last_os_error()` and owns nothing beyond the file descriptor; policy (which options,
+//! what an error means to the user) lives in the parent module.
+//!
+//! Batches are described on the stack (`[mmsghdr; BATCH_MAX]`), never on the heap, so a receive
+//! or transmit burst allocates nothing and the port halves stay `Send`.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::mem::{self, MaybeUninit};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// The most frames one `recvmmsg`/`sendmmsg` call handles; larger bursts loop.
+pub(crate) const BATCH_MAX: usize = 64;
+
+/// `ETH_P_ALL` in host order: every protocol.
+pub(crate) const ETH_P_ALL: u16 = libc::ETH_P_ALL as u16;
+
+/// Maps a `-1` return to the thread's `errno`.
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Returns the interface index of `name`, or `None` when no such interface exists in this
+/// network namespace.
+pub(crate) fn if_index(name: &str) -> io::Result<Option<u32>> {
+    let Ok(cname) = CString::new(name) else {
+        return Ok(None);
+    };
+    // SAFETY: `cname` is a valid NUL-terminated string that outlives the call.
+    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if index != 0 {
+        return Ok(Some(index));
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::ENODEV) | Some(libc::ENXIO) | Some(libc::EINVAL) => Ok(None),
+        _ => Err(err),
+    }
+}
+
+/// An AF_PACKET `SOCK_RAW` socket, non-blocking and close-on-exec. Closed on drop, which also
+/// drops its promiscuous membership and fanout group membership.
+#[derive(Debug)]
+pub(crate) struct PacketSocket {
+    fd: OwnedFd,
+}
+
+impl PacketSocket {
+    /// Opens a socket that receives nothing until [`bind`](Self::bind) names an interface and
+    /// a protocol (protocol 0 at creation avoids catching frames from every interface).
+    pub(crate) fn open() -> io::Result<Self> {
+        // SAFETY: plain syscall with constant arguments; no pointers involved.
+        let fd = check(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { fd })
+    }
+
+    /// Binds to interface `ifindex`, receiving frames of `protocol` (host order; 0 = none,
+    /// which makes a transmit-only socket).
+    pub(crate) fn bind(&self, ifindex: u32, protocol: u16) -> io::Result<()> {
+        // SAFETY: sockaddr_ll is plain old data for which all-zero bytes are valid.
+        let mut addr: libc::sockaddr_ll = unsafe { mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = protocol.to_be();
+        addr.sll_ifindex = ifindex as i32;
+        // SAFETY: `addr` is a valid sockaddr_ll and the length passed is its size.
+        check(unsafe {
+            libc::bind(
+                self.fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_ll).cast(),
+                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Sets an integer socket option.
+    pub(crate) fn set_int(
+        &self,
+        level: libc::c_int,
+        name: libc::c_int,
+        value: libc::c_int,
+    ) -> io::Result<()> {
+        self.set_raw(level, name, &value)
+    }
+
+    /// Puts interface `ifindex` into promiscuous mode for as long as this socket lives.
+    pub(crate) fn add_promisc(&self, ifindex: u32) -> io::Result<()> {
+        // SAFETY: packet_mreq is plain old data for which all-zero bytes are valid.
+        let mut mreq: libc::packet_mreq = unsafe { mem::zeroed() };
+        mreq.mr_ifindex = ifindex as i32;
+        mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
+        self.set_raw(libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)
+    }
+
+    /// Reads the kernel's receive counters (`PACKET_STATISTICS`): frames received and frames
+    /// dropped because the socket buffer was full. Reading resets them.
+    pub(crate) fn take_stats(&self) -> io::Result<(u32, u32)> {
+        // SAFETY: tpacket_stats is plain old data for which all-zero bytes are valid.
+        let mut st: libc::tpacket_stats = unsafe { mem::zeroed() };
+        let mut len = mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: `st` and `len` are valid for writes and `len` holds the size of `st`.
+        check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        })?;
+        Ok((st.tp_packets, st.tp_drops))
+    }
+
+    fn set_raw<T>(&self, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+        // SAFETY: `value` points to a live `T` and the length passed is `size_of::<T>()`.
+        check(unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                name,
+                (value as *const T).cast(),
+                mem::size_of::<T>() as libc::socklen_t,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Receives up to `bufs.len()` (at most [`BATCH_MAX`]) frames without blocking, each into
+    /// its own buffer. For each frame `i < n`, `out[i]` is `(frame length, truncated)`: a frame
+    /// longer than its buffer is reported with its full length and `truncated = true` (its
+    /// buffer then holds only the first bytes). Returns `Ok(0)` when nothing is waiting.
+    pub(crate) fn recv_batch(
+        &self,
+        bufs: &mut [&mut [u8]],
+        out: &mut [(usize, bool)],
+    ) -> io::Result<usize> {
+        let n = bufs.len().min(out.len()).min(BATCH_MAX);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut iovs = [MaybeUninit::<libc::iovec>::uninit(); BATCH_MAX];
+        let mut msgs = [MaybeUninit::<libc::mmsghdr>::uninit(); BATCH_MAX];
+        for i in 0..n {
+            let iov = iovs[i].write(libc::iovec {
+                iov_base: bufs[i].as_mut_ptr().cast(),
+                iov_len: bufs[i].len(),
+            });
+            // SAFETY: mmsghdr is plain old data for which all-zero bytes are valid.
+            let mut msg: libc::mmsghdr = unsafe { mem::zeroed() };
+            msg.msg_hdr.msg_iov = iov;
+            msg.msg_hdr.msg_iovlen = 1;
+            msgs[i].write(msg);
+        }
+        // SAFETY: the first `n` entries of `msgs` are initialised and each points at one iovec
+        // describing a distinct, live, writable buffer borrowed mutably for this call. MSG_TRUNC
+        // makes the kernel report a truncated frame's real length instead of the copied length.
+        let got = unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                msgs.as_mut_ptr().cast(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                std::ptr::null_mut(),
+            )
+        };
+        if got < 0 {
+            let err = io::Error::last_os_error();
+            return match err.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(err),
+            };
+        }
+        let got = got as usize;
+        for i in 0..got {
+            // SAFETY: entries below `n` were initialised above and the kernel filled the first
+            // `got <= n` of them.
+            let msg = unsafe { msgs[i].assume_init_ref() };
+            let len = msg.msg_len as usize;
+            let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > bufs[i].len();
+            out[i] = (len, truncated);
+        }
+        Ok(got)
+    }
+
+    /// Transmits up to `frames.len()` (at most [`BATCH_MAX`]) frames without blocking, in
+    /// order, on the bound interface. Returns how many the kernel took, or the error that
+    /// stopped the first frame (`WouldBlock` when the socket's send buffer is full).
+    pub(crate) fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
+        let n = frames.len().min(BATCH_MAX);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut iovs = [MaybeUninit::<libc::iovec>::uninit(); BATCH_MAX];
+        let mut msgs = [MaybeUninit::<libc::mmsghdr>::uninit(); BATCH_MAX];
+        for i in 0..n {
+            let iov = iovs[i].write(libc::iovec {
+                // The kernel only reads through this pointer (sendmmsg).
+                iov_base: frames[i].as_ptr() as *mut libc::c_void,
+                iov_len: frames[i].len(),
+            });
+            // SAFETY: mmsghdr is plain old data for which all-zero bytes are valid.
+            let mut msg: libc::mmsghdr = unsafe { mem::zeroed() };
+            msg.msg_hdr.msg_iov = iov;
+            msg.msg_hdr.msg_iovlen = 1;
+            msgs[i].write(msg);
+        }
+        // SAFETY: the first `n` entries of `msgs` are initialised, each pointing at one iovec
+        // that describes a live frame borrowed for this call; sendmmsg only reads them.
+        let sent = unsafe {
+            libc::sendmmsg(
+                self.fd.as_raw_fd(),
+                msgs.as_mut_ptr().cast(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(sent as usize)
+    }
+}
+
+/// Moves the calling thread into a new, empty network namespace. Only tests use it: the
+/// namespace, and every interface made in it, disappears when the thread and the processes it
+/// started have exited, so a test cannot leave interfaces behind.
+#[cfg(test)]
+pub(crate) fn unshare_net_namespace() -> io::Result<()> {
+    // SAFETY: unshare(2) takes only flags and changes only the calling thread's namespaces.
+    check(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
+    Ok(())
+}

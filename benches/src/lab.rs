@@ -102,6 +102,19 @@ pub fn run(args: &[&str]) -> Result<String, LabError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// What a background process left when it ended.
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// Exit status (`None` when it could not be reaped).
+    pub status: Option<std::process::ExitStatus>,
+    /// True when the lab killed it (timeout or stop request).
+    pub killed: bool,
+    /// Everything it wrote to stdout (empty unless captured).
+    pub stdout: String,
+    /// Everything it wrote to stderr.
+    pub stderr: String,
+}
+
 /// Namespaces and processes of one harness run; `Drop` kills the processes, then deletes the
 /// namespaces (which deletes their veths).
 pub struct Lab {
@@ -272,8 +285,22 @@ impl Lab {
         idx: usize,
         timeout: std::time::Duration,
     ) -> Result<(String, String), LabError> {
+        let f = self.finish_any(idx, timeout);
+        match f.status {
+            Some(status) if !status.success() && !f.killed => Err(LabError::Failed {
+                cmd: self.children[idx].0.clone(),
+                status: status.to_string(),
+                stderr: f.stderr.trim().to_string(),
+            }),
+            _ => Ok((f.stdout, f.stderr)),
+        }
+    }
+
+    /// Like [`Lab::finish`] but never fails: returns whatever the process left.
+    pub fn finish_any(&mut self, idx: usize, timeout: std::time::Duration) -> Finished {
+        use std::io::Read;
         let end = std::time::Instant::now() + timeout;
-        let (cmd, child) = &mut self.children[idx];
+        let child = &mut self.children[idx].1;
         let mut killed = false;
         loop {
             if let Ok(Some(_)) = child.try_wait() {
@@ -286,27 +313,18 @@ impl Lab {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let mut out = String::new();
-        let mut err = String::new();
-        use std::io::Read;
+        let mut f = Finished {
+            killed,
+            ..Finished::default()
+        };
         if let Some(mut s) = child.stdout.take() {
-            let _ = s.read_to_string(&mut out);
+            let _ = s.read_to_string(&mut f.stdout);
         }
         if let Some(mut s) = child.stderr.take() {
-            let _ = s.read_to_string(&mut err);
+            let _ = s.read_to_string(&mut f.stderr);
         }
-        let status = child.wait().map_err(|source| LabError::Spawn {
-            cmd: cmd.clone(),
-            source,
-        })?;
-        if !status.success() && !killed {
-            return Err(LabError::Failed {
-                cmd: cmd.clone(),
-                status: status.to_string(),
-                stderr: err.trim().to_string(),
-            });
-        }
-        Ok((out, err))
+        f.status = child.wait().ok();
+        f
     }
 
     /// Kills background process `idx` (SIGKILL) and reaps it.
@@ -337,6 +355,89 @@ impl Drop for Lab {
         for ns in self.namespaces.iter().rev() {
             let _ = run(&["ip", "netns", "del", ns]);
         }
+    }
+}
+
+/// Address of host `a` (the sender side) in [`Lab::wire`].
+pub const IP_A: &str = "198.18.0.1";
+/// Address of host `b` (the receiver side) in [`Lab::wire`].
+pub const IP_B: &str = "198.18.0.2";
+
+/// The three namespaces of a bump-in-the-wire lab: `a (eth0) — ra [r] rb — (eth0) b`.
+#[derive(Debug, Clone)]
+pub struct Wire {
+    /// Host a, [`IP_A`] on `eth0`.
+    pub a: String,
+    /// The middle box: `ra` faces a, `rb` faces b; no addresses.
+    pub r: String,
+    /// Host b, [`IP_B`] on `eth0`.
+    pub b: String,
+}
+
+impl Lab {
+    /// Builds `a — ra [r] rb — b` with `queues` TX/RX queues per veth, addresses on a and b
+    /// (one /24, so whatever sits in r works at layer 2) and permanent neighbour entries, so
+    /// no ARP has to cross a saturated shaper.
+    ///
+    /// # Errors
+    /// [`LabError`] from any `ip` command.
+    pub fn wire(&mut self, queues: u32) -> Result<Wire, LabError> {
+        let a = self.add_ns("a")?;
+        let r = self.add_ns("r")?;
+        let b = self.add_ns("b")?;
+        self.veth(&r, "ra", &a, "eth0", queues)?;
+        self.veth(&r, "rb", &b, "eth0", queues)?;
+        self.addr(&a, "eth0", &format!("{IP_A}/24"))?;
+        self.addr(&b, "eth0", &format!("{IP_B}/24"))?;
+        let mac = |ns: &str| -> Result<String, LabError> {
+            Ok(self
+                .exec(ns, &["cat", "/sys/class/net/eth0/address"])?
+                .trim()
+                .to_string())
+        };
+        let (ma, mb) = (mac(&a)?, mac(&b)?);
+        for (ns, ip, mac) in [(&a, IP_B, &mb), (&b, IP_A, &ma)] {
+            self.exec(
+                ns,
+                &[
+                    "ip",
+                    "neigh",
+                    "replace",
+                    ip,
+                    "lladdr",
+                    mac,
+                    "dev",
+                    "eth0",
+                    "nud",
+                    "permanent",
+                ],
+            )?;
+        }
+        Ok(Wire { a, r, b })
+    }
+
+    /// Joins `ra` and `rb` with a kernel bridge (`on`), or removes the bridge and any root
+    /// qdisc on them so a userspace forwarder can take over (`!on`). Idempotent.
+    ///
+    /// # Errors
+    /// [`LabError`] from `ip`.
+    pub fn kernel_bridge(&self, w: &Wire, on: bool) -> Result<(), LabError> {
+        let has = self.exec(&w.r, &["ip", "link", "show", "br0"]).is_ok();
+        if on && !has {
+            self.exec(&w.r, &["ip", "link", "add", "br0", "type", "bridge"])?;
+            for dev in ["ra", "rb"] {
+                self.exec(&w.r, &["ip", "link", "set", dev, "master", "br0"])?;
+            }
+            self.exec(&w.r, &["ip", "link", "set", "br0", "up"])?;
+        } else if !on && has {
+            self.exec(&w.r, &["ip", "link", "del", "br0"])?;
+        }
+        if !on {
+            for dev in ["ra", "rb"] {
+                let _ = self.tc(&w.r, &["qdisc", "del", "dev", dev, "root"]);
+            }
+        }
+        Ok(())
     }
 }
 

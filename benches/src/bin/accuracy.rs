@@ -12,7 +12,8 @@
 //! It does not measure latency (see `latency`) or packets per second (see `pktgen`).
 
 use anyhow::{bail, Context, Result};
-use cakewalk_benches::lab::{require_tool, Lab, LabError};
+use cakewalk_benches::cakewalk::Knobs;
+use cakewalk_benches::lab::{require_tool, Lab, LabError, IP_B};
 use cakewalk_benches::plot::{line_chart, Series};
 use cakewalk_benches::progress::Progress;
 use cakewalk_benches::report::{load_average, machine_line, update_section, utc_now, Table};
@@ -23,8 +24,6 @@ use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-const IP_B: &str = "198.18.0.2";
 
 /// Which shapers to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -73,7 +72,7 @@ struct Args {
     /// Seconds in the measuring window.
     #[arg(long, default_value_t = 5.0)]
     window: f64,
-    /// Parallel iperf3 senders (each offers its share); 0 picks 1 below 500 Mbit/s, else 2.
+    /// Parallel iperf3 senders (each offers its share); 0 picks 1 up to 250 Mbit/s offered, else 2.
     #[arg(long, default_value_t = 0)]
     streams: u32,
     /// UDP payload bytes per datagram (1472 makes 1514-byte frames).
@@ -124,25 +123,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn find_cakewalk(arg: &Option<PathBuf>) -> Option<PathBuf> {
-    if let Some(p) = arg {
-        return Some(p.clone());
-    }
-    let root = repo_root();
-    let mut cands = Vec::new();
-    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
-        cands.push(PathBuf::from(t).join("release/cakewalk"));
-    }
-    cands.push(root.join("target/release/cakewalk"));
-    // Next to this binary (same target dir).
-    if let Ok(me) = std::env::current_exe() {
-        if let Some(dir) = me.parent() {
-            cands.push(dir.join("cakewalk"));
-        }
-    }
-    cands.into_iter().find(|p| p.is_file())
-}
-
 fn run(mut args: Args) -> Result<()> {
     if args.smoke {
         args.rates = "100mbit".into();
@@ -171,7 +151,7 @@ fn run(mut args: Args) -> Result<()> {
     if matches!(args.only, Only::Kernel | Only::All) {
         shapers.extend([Shaper::Htb, Shaper::Tbf]);
     }
-    let cakewalk = find_cakewalk(&args.cakewalk);
+    let cakewalk = cakewalk_benches::cakewalk::find(args.cakewalk.as_deref());
     if matches!(args.only, Only::Cakewalk | Only::All) {
         match &cakewalk {
             Some(_) => shapers.push(Shaper::Cake),
@@ -199,12 +179,13 @@ fn run(mut args: Args) -> Result<()> {
         }
         e => e.into(),
     })?;
-    let (na, nr, nb) = build_lab(&mut lab)?;
+    let wire = lab.wire(1)?;
+    let (na, nr, nb) = (wire.a.clone(), wire.r.clone(), wire.b.clone());
 
     let mut progress = Progress::new("accuracy", rows_n as u64);
     let mut rows = Vec::new();
     for &shaper in &shapers {
-        prepare_middle(&lab, &nr, shaper)?;
+        lab.kernel_bridge(&wire, shaper != Shaper::Cake)?;
         for &rate in &rates {
             if stop_requested() || Instant::now() > deadline {
                 break;
@@ -248,54 +229,6 @@ fn run(mut args: Args) -> Result<()> {
     write_results(&args, &rates, &rows)
 }
 
-/// Builds `a — ra [r] rb — b`: both veths created inside `r` and `a`/`b`, never in the root
-/// namespace. Static neighbour entries so no ARP has to cross a saturated shaper.
-fn build_lab(lab: &mut Lab) -> Result<(String, String, String)> {
-    let na = lab.add_ns("a")?;
-    let nr = lab.add_ns("r")?;
-    let nb = lab.add_ns("b")?;
-    lab.veth(&nr, "ra", &na, "eth0", 1)?;
-    lab.veth(&nr, "rb", &nb, "eth0", 1)?;
-    lab.addr(&na, "eth0", "198.18.0.1/24")?;
-    lab.addr(&nb, "eth0", "198.18.0.2/24")?;
-    let mac = |ns: &str| -> Result<String> {
-        let out = lab.exec(ns, &["cat", "/sys/class/net/eth0/address"])?;
-        Ok(out.trim().to_string())
-    };
-    let (ma, mb) = (mac(&na)?, mac(&nb)?);
-    lab.exec(
-        &na,
-        &[
-            "ip",
-            "neigh",
-            "replace",
-            IP_B,
-            "lladdr",
-            &mb,
-            "dev",
-            "eth0",
-            "nud",
-            "permanent",
-        ],
-    )?;
-    lab.exec(
-        &nb,
-        &[
-            "ip",
-            "neigh",
-            "replace",
-            "198.18.0.1",
-            "lladdr",
-            &ma,
-            "dev",
-            "eth0",
-            "nud",
-            "permanent",
-        ],
-    )?;
-    Ok((na, nr, nb))
-}
-
 fn start_servers(lab: &mut Lab, nb: &str, n: u16) -> Result<Vec<usize>> {
     let mut v = Vec::new();
     for i in 0..n {
@@ -304,25 +237,6 @@ fn start_servers(lab: &mut Lab, nb: &str, n: u16) -> Result<Vec<usize>> {
     }
     sleep_unless_stopped(Duration::from_millis(200))?;
     Ok(v)
-}
-
-/// Puts a kernel bridge between ra and rb for kernel rows, or removes it for cakewalk.
-fn prepare_middle(lab: &Lab, nr: &str, shaper: Shaper) -> Result<(), LabError> {
-    let has_bridge = lab.exec(nr, &["ip", "link", "show", "br0"]).is_ok();
-    match shaper {
-        Shaper::Htb | Shaper::Tbf if !has_bridge => {
-            lab.exec(nr, &["ip", "link", "add", "br0", "type", "bridge"])?;
-            lab.exec(nr, &["ip", "link", "set", "ra", "master", "br0"])?;
-            lab.exec(nr, &["ip", "link", "set", "rb", "master", "br0"])?;
-            lab.exec(nr, &["ip", "link", "set", "br0", "up"])?;
-        }
-        Shaper::Cake if has_bridge => {
-            lab.exec(nr, &["ip", "link", "del", "br0"])?;
-            let _ = lab.tc(nr, &["qdisc", "del", "dev", "rb", "root"]);
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 fn kernel_qdisc(lab: &Lab, nr: &str, shaper: Shaper, rate: u64) -> Result<(), LabError> {
@@ -372,37 +286,21 @@ fn measure(
         Shaper::Htb | Shaper::Tbf => kernel_qdisc(lab, nr, shaper, rate)?,
         Shaper::Cake => {
             let bin = cakewalk.context("no cakewalk binary")?;
-            let bin = bin.to_string_lossy().into_owned();
-            let r = tc_rate(rate);
-            let mut cmd: Vec<String> = vec![
-                bin,
-                "run".into(),
-                "--port-kind".into(),
-                "afpacket".into(),
-                "--iface".into(),
-                "ra".into(),
-                "--iface".into(),
-                "rb".into(),
-                "--rate".into(),
-                r,
-            ];
+            let mut knobs = Knobs::cake(rate);
             if let Some(extra) = &args.cakewalk_args {
-                cmd.extend(extra.split_whitespace().map(String::from));
+                knobs.extra = extra.split_whitespace().map(String::from).collect();
             }
-            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            let idx = lab.spawn(nr, &refs, false)?;
-            sleep_unless_stopped(Duration::from_millis(700))?;
-            if let Ok(Some(status)) = lab.child(idx).try_wait() {
-                let (_, err) = lab
-                    .finish(idx, Duration::from_millis(10))
-                    .unwrap_or_default();
-                bail!("cakewalk exited at start ({status}): {}", err.trim());
-            }
-            mid = Some(idx);
+            mid = Some(cakewalk_benches::cakewalk::start(
+                lab,
+                nr,
+                bin,
+                &knobs,
+                Duration::from_millis(700),
+            )?);
         }
     }
     let streams = match args.streams {
-        0 if rate >= 500_000_000 => 2,
+        0 if rate as f64 * args.offer > 250e6 => 2,
         0 => 1,
         n => n.min(4),
     };

@@ -8,9 +8,13 @@
 //! a running forwarder without losing packets.
 #![deny(unsafe_code)]
 
+pub mod app;
+pub mod classify;
+pub mod cli;
 pub mod config;
 pub mod control;
 pub mod engine;
+pub mod explain;
 pub mod port;
 pub mod stats;
 pub mod wire;

@@ -1,4 +1,17 @@
-//! The `cakewalk` binary: parses the command line and hands over to the library.
-fn main() {
-    println!("cakewalk");
+//! The `cakewalk` binary: parses the command line, hands over to [`forwarder::cli::run`] and
+//! turns an error into `error: …` on stderr and a non-zero exit code.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+fn main() -> ExitCode {
+    let cli = forwarder::cli::Cli::parse();
+    match forwarder::cli::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,126 @@
+//! Which TX queue a packet goes to. Every packet of a flow must land on the same queue (so
+//! CAKE sees the whole flow and nothing is reordered), and flows should spread evenly.
+//!
+//! The queue comes from the flow hash: the NIC's L4 RSS hash when it is valid and no rewrite
+//! changed the keys (seed 002), otherwise a cheap keyed, direction-symmetric hash of the
+//! 5-tuple. The *high* bits pick the queue (`(hash × n) >> 32`) because CAKE indexes its
+//! flow table with the low ones; non-IP packets (flow 0) go to queue 0.
+
+use qdisc::PacketMeta;
+
+/// Seed of the queue-selection hash. Fixed, so a replay picks the same queues.
+pub const QUEUE_HASH_SEED: u64 = 0x7c5e_9a11_d00d_f00d;
+
+/// Returns the flow hash used for queue selection: the precomputed L4 hash when it may be
+/// reused, else [`flow_hash`] of the keys.
+#[inline]
+pub fn queue_hash(meta: &PacketMeta) -> u32 {
+    match meta.l4_hash {
+        Some(h) if !meta.keys_rewritten => h,
+        _ => flow_hash(meta),
+    }
+}
+
+/// Returns the TX queue (0..n_queues) for a packet; 0 when `n_queues` ≤ 1.
+///
+/// # Examples
+/// ```
+/// let meta = qdisc::PacketMeta { l4_hash: Some(0xffff_ffff), ..Default::default() };
+/// assert_eq!(forwarder::classify::tx_queue_for(&meta, 4), 3);
+/// ```
+#[inline]
+pub fn tx_queue_for(meta: &PacketMeta, n_queues: usize) -> usize {
+    if n_queues <= 1 {
+        return 0;
+    }
+    queue_index(queue_hash(meta), n_queues)
+}
+
+/// Maps a 32-bit hash onto `0..n` by its high bits (Lemire's multiply-shift reduction).
+#[inline]
+pub fn queue_index(hash: u32, n: usize) -> usize {
+    ((u64::from(hash) * n as u64) >> 32) as usize
+}
+
+/// The keyed, direction-symmetric flow hash of `meta`'s keys (0 for non-IP).
+#[inline]
+pub fn flow_hash(meta: &PacketMeta) -> u32 {
+    symmetric_hash(meta)
+}
+
+/// Stand-in for `qdisc::cake::flow_hash` until it lands: a keyed multiply-fold over the
+/// sorted (address, port) pairs and the protocol.
+fn symmetric_hash(meta: &PacketMeta) -> u32 {
+    let k = &meta.keys;
+    if k.l3 == qdisc::L3Kind::NonIp {
+        return 0;
+    }
+    let a = (u128::from_be_bytes(k.src_addr), k.src_port);
+    let b = (u128::from_be_bytes(k.dst_addr), k.dst_port);
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    let mix = |x: u64, y: u64| {
+        let t = u128::from(x) * u128::from(y);
+        (t as u64) ^ ((t >> 64) as u64)
+    };
+    let h1 = mix(
+        (lo.0 as u64) ^ ((lo.0 >> 64) as u64) ^ QUEUE_HASH_SEED,
+        0xa076_1d64_78bd_642f,
+    );
+    let h2 = mix(
+        (hi.0 as u64) ^ ((hi.0 >> 64) as u64) ^ 0xe703_7ed1_a0b4_28db,
+        QUEUE_HASH_SEED | 1,
+    );
+    let rest = (u64::from(lo.1) << 48) | (u64::from(hi.1) << 32) | u64::from(k.protocol);
+    let h = mix(h1 ^ rest ^ 0x8ebc_6af0_9c88_c6e3, h2 ^ 0x5899_65cc_7537_4cc3);
+    (h ^ (h >> 32)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qdisc::testing::udp_meta;
+
+    #[test]
+    fn one_queue_takes_everything() {
+        assert_eq!(tx_queue_for(&udp_meta(1, 2, 3, 0), 1), 0);
+        assert_eq!(tx_queue_for(&udp_meta(1, 2, 3, 0), 0), 0);
+    }
+
+    #[test]
+    fn both_directions_of_a_flow_share_a_queue() {
+        for flow in 0..200 {
+            let m = udp_meta(flow % 7, flow % 5, flow, 0);
+            let mut back = m;
+            std::mem::swap(&mut back.keys.src_addr, &mut back.keys.dst_addr);
+            std::mem::swap(&mut back.keys.src_port, &mut back.keys.dst_port);
+            assert_eq!(tx_queue_for(&m, 8), tx_queue_for(&back, 8));
+        }
+    }
+
+    #[test]
+    fn flows_spread_evenly_over_queues() {
+        let n = 4;
+        let mut counts = [0usize; 4];
+        for flow in 0..4000 {
+            counts[tx_queue_for(&udp_meta(flow % 50, 7, flow, 0), n)] += 1;
+        }
+        let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        assert!(*max * 10 < *min * 13, "uneven spread {counts:?}");
+    }
+
+    #[test]
+    fn a_valid_nic_hash_is_reused_unless_keys_were_rewritten() {
+        let mut m = udp_meta(1, 2, 3, 0);
+        m.l4_hash = Some(0x8000_0000);
+        assert_eq!(queue_hash(&m), 0x8000_0000);
+        assert_eq!(tx_queue_for(&m, 2), 1);
+        m.keys_rewritten = true;
+        assert_eq!(queue_hash(&m), flow_hash(&m));
+    }
+
+    #[test]
+    fn non_ip_packets_go_to_queue_zero() {
+        let m = PacketMeta::default();
+        assert_eq!(tx_queue_for(&m, 8), 0);
+    }
+}

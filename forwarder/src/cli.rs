@@ -1,0 +1,437 @@
+//! The `cakewalk` command line (clap derive): `run`, `check-config`, `explain`, `from-tc` and
+//! `ctl`. Each subcommand turns its flags into library calls; this file and `main.rs` are the
+//! only places that use `anyhow` and print.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{self, units, Config, Overrides};
+use crate::explain;
+
+/// cakewalk: a poll-mode packet forwarder with a userspace CAKE shaper.
+#[derive(Debug, Parser)]
+#[command(name = "cakewalk", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Forward packets between two ports through the shaper.
+    Run(RunArgs),
+    /// Read a config file and print the effective configuration (exit 1 on error).
+    CheckConfig(CheckArgs),
+    /// Show how one packet would be classified: TX queue, tin, flow.
+    Explain(ExplainArgs),
+    /// Convert a tc cake command or option string to a [shaper] TOML section.
+    FromTc(FromTcArgs),
+    /// Talk to a running forwarder over its control socket.
+    Ctl(CtlArgs),
+}
+
+/// Which queueing discipline to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QueueArg {
+    /// CAKE.
+    Cake,
+    /// pfifo_fast-style FIFO.
+    Fifo,
+}
+
+/// What an idle worker does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IdleArg {
+    /// Back off and sleep.
+    Sleep,
+    /// Busy-poll.
+    Spin,
+}
+
+/// Port backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PortKindArg {
+    /// Built-in generator and sink.
+    Synth,
+    /// pcap files.
+    Pcap,
+    /// Linux AF_PACKET sockets.
+    Afpacket,
+    /// DPDK (feature "dpdk").
+    Dpdk,
+}
+
+fn rate_arg(s: &str) -> Result<String, String> {
+    units::parse_rate(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+fn duration_arg(s: &str) -> Result<String, String> {
+    if s.trim() == "0" {
+        return Ok(s.to_string());
+    }
+    units::parse_duration_ns(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+fn diffserv_arg(s: &str) -> Result<String, String> {
+    config::keywords::parse_diffserv(s)
+        .map(|_| s.to_string())
+        .ok_or_else(|| {
+            format!("'{s}' is not a diffserv mode; use besteffort, diffserv3, diffserv4, diffserv8 or precedence")
+        })
+}
+
+fn flow_mode_arg(s: &str) -> Result<String, String> {
+    config::keywords::parse_flow_mode(s)
+        .map(|_| s.to_string())
+        .ok_or_else(|| {
+            format!("'{s}' is not a flow mode; use flowblind, srchost, dsthost, hosts, flows, dual-srchost, dual-dsthost or triple-isolate")
+        })
+}
+
+/// Flags that override the config file.
+#[derive(Debug, Clone, Default, Args)]
+pub struct OverrideArgs {
+    /// Shaped rate, tc style ("500mbit", "2gbit", "unlimited").
+    #[arg(long, value_parser = rate_arg)]
+    pub rate: Option<String>,
+    /// Diffserv mode (besteffort, diffserv3, diffserv4, diffserv8, precedence).
+    #[arg(long, value_parser = diffserv_arg)]
+    pub diffserv: Option<String>,
+    /// Flow isolation mode (flowblind ... triple-isolate).
+    #[arg(long, value_parser = flow_mode_arg)]
+    pub flow_mode: Option<String>,
+    /// Per-packet overhead: bytes (-64..256) or keywords ("ethernet", "docsis", "pppoe-ptm").
+    #[arg(long, allow_hyphen_values = true)]
+    pub overhead: Option<String>,
+    /// tc cake option words for [shaper] options ("bandwidth 200mbit diffserv4 nat").
+    #[arg(long)]
+    pub tc: Option<String>,
+    /// Queueing discipline per TX queue.
+    #[arg(long, value_enum)]
+    pub queue: Option<QueueArg>,
+    /// Worker threads.
+    #[arg(long)]
+    pub workers: Option<u32>,
+    /// TX queues (shaper instances) per port.
+    #[arg(long)]
+    pub queues: Option<u32>,
+    /// Stop after this long ("10s"; "0" = until interrupted).
+    #[arg(long, value_parser = duration_arg)]
+    pub duration: Option<String>,
+    /// What an idle worker does.
+    #[arg(long, value_enum)]
+    pub idle: Option<IdleArg>,
+    /// Write stats as JSON lines to this file.
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
+    /// Serve Prometheus metrics on this address (127.0.0.1:9100).
+    #[arg(long)]
+    pub prometheus: Option<String>,
+    /// Control socket path.
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+    /// Backend for both ports.
+    #[arg(long, value_enum)]
+    pub port_kind: Option<PortKindArg>,
+    /// pcap file read on port A.
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// pcap file written with what port B transmits.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Interface(s) for afpacket/dpdk: "eth0" (port A) or "eth0,eth1" (A and B).
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// Any other key: --set engine.burst=64 (the value is read as TOML, else as a string).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+fn toml_value(s: &str) -> toml::Value {
+    let doc = format!("v = {s}");
+    toml::from_str::<toml::Table>(&doc)
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(s.to_string()))
+}
+
+fn path_value(p: &std::path::Path) -> toml::Value {
+    toml::Value::String(p.display().to_string())
+}
+
+impl OverrideArgs {
+    /// Turns the flags into config overrides.
+    ///
+    /// # Errors
+    /// When a `--set` is not `KEY=VALUE`.
+    pub fn to_overrides(&self) -> anyhow::Result<Overrides> {
+        let mut o = Overrides::default();
+        if let Some(v) = &self.tc {
+            o.set("shaper.options", v.as_str(), "--tc");
+        }
+        if let Some(v) = &self.rate {
+            o.set("shaper.rate", v.as_str(), "--rate");
+        }
+        if let Some(v) = &self.diffserv {
+            o.set("shaper.diffserv", v.as_str(), "--diffserv");
+        }
+        if let Some(v) = &self.flow_mode {
+            o.set("shaper.flow_mode", v.as_str(), "--flow-mode");
+        }
+        if let Some(v) = &self.overhead {
+            o.set("shaper.overhead", v.as_str(), "--overhead");
+        }
+        if let Some(q) = self.queue {
+            let name = match q {
+                QueueArg::Cake => "cake",
+                QueueArg::Fifo => "fifo",
+            };
+            o.set("shaper.queue", name, "--queue");
+        }
+        if let Some(n) = self.workers {
+            o.set("engine.workers", i64::from(n), "--workers");
+        }
+        if let Some(n) = self.queues {
+            o.set("engine.tx_queues", i64::from(n), "--queues");
+        }
+        if let Some(d) = &self.duration {
+            o.set("engine.duration", d.as_str(), "--duration");
+        }
+        if let Some(i) = self.idle {
+            let name = match i {
+                IdleArg::Sleep => "sleep",
+                IdleArg::Spin => "spin",
+            };
+            o.set("engine.idle", name, "--idle");
+        }
+        if let Some(p) = &self.stats_json {
+            o.set("stats.json", path_value(p), "--stats-json");
+        }
+        if let Some(a) = &self.prometheus {
+            o.set("stats.prometheus", a.as_str(), "--prometheus");
+        }
+        if let Some(p) = &self.control {
+            o.set("control.socket", path_value(p), "--control");
+        }
+        if let Some(k) = self.port_kind {
+            let name = match k {
+                PortKindArg::Synth => "synth",
+                PortKindArg::Pcap => "pcap",
+                PortKindArg::Afpacket => "afpacket",
+                PortKindArg::Dpdk => "dpdk",
+            };
+            o.set("ports.a.kind", name, "--port-kind");
+            o.set("ports.b.kind", name, "--port-kind");
+        }
+        if let Some(p) = &self.input {
+            o.set("ports.a.input", path_value(p), "--input");
+        }
+        if let Some(p) = &self.output {
+            o.set("ports.b.output", path_value(p), "--output");
+        }
+        if let Some(i) = &self.iface {
+            let mut parts = i.splitn(2, ',');
+            if let Some(a) = parts.next().filter(|s| !s.is_empty()) {
+                o.set("ports.a.iface", a, "--iface");
+            }
+            if let Some(b) = parts.next().filter(|s| !s.is_empty()) {
+                o.set("ports.b.iface", b, "--iface");
+            }
+        }
+        for kv in &self.set {
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("--set '{kv}' is not KEY=VALUE; try --set engine.burst=64"))?;
+            o.set(k.trim(), toml_value(v.trim()), "--set");
+        }
+        Ok(o)
+    }
+}
+
+/// `cakewalk run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// TOML config file (defaults apply without one).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Overrides.
+    #[command(flatten)]
+    pub overrides: OverrideArgs,
+}
+
+/// `cakewalk check-config`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The config file.
+    pub file: PathBuf,
+    /// Overrides, checked too.
+    #[command(flatten)]
+    pub overrides: OverrideArgs,
+}
+
+/// `cakewalk explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// TOML config file (for diffserv, flow mode and queue count).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// The packet: "tcp 10.0.0.1:1234 > 10.0.0.2:80 dscp ef" (or use the flags).
+    pub spec: Vec<String>,
+    /// Protocol, when not in the spec.
+    #[arg(long)]
+    pub proto: Option<String>,
+    /// Source address[:port], when not in the spec.
+    #[arg(long)]
+    pub src: Option<String>,
+    /// Destination address[:port], when not in the spec.
+    #[arg(long)]
+    pub dst: Option<String>,
+    /// DSCP, when not in the spec (number or name).
+    #[arg(long)]
+    pub dscp: Option<String>,
+    /// Overrides (e.g. --diffserv, --queues).
+    #[command(flatten)]
+    pub overrides: OverrideArgs,
+}
+
+/// `cakewalk from-tc`.
+#[derive(Debug, Args)]
+pub struct FromTcArgs {
+    /// The tc command or cake options, quoted or as separate words.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub words: Vec<String>,
+}
+
+/// `cakewalk ctl`.
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// Control socket of the running forwarder.
+    #[arg(long, global = true)]
+    pub socket: Option<PathBuf>,
+    /// The request.
+    #[command(subcommand)]
+    pub request: CtlRequest,
+}
+
+/// Control requests.
+#[derive(Debug, Subcommand)]
+pub enum CtlRequest {
+    /// Change a setting without losing packets.
+    Set {
+        /// What to change.
+        #[command(subcommand)]
+        what: CtlSet,
+    },
+    /// Print the current statistics.
+    Stats {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Settings `ctl set` can change.
+#[derive(Debug, Clone, Subcommand)]
+pub enum CtlSet {
+    /// Shaped rate ("500mbit").
+    Rate {
+        /// The rate.
+        #[arg(value_parser = rate_arg)]
+        rate: String,
+    },
+    /// Diffserv mode.
+    Diffserv {
+        /// The mode.
+        #[arg(value_parser = diffserv_arg)]
+        mode: String,
+    },
+    /// Overhead: bytes or keywords.
+    Overhead {
+        /// The overhead.
+        #[arg(allow_hyphen_values = true)]
+        overhead: String,
+    },
+    /// Flow isolation mode.
+    FlowMode {
+        /// The mode.
+        #[arg(value_parser = flow_mode_arg)]
+        mode: String,
+    },
+}
+
+/// Runs the parsed command line. Returns the process exit code.
+///
+/// # Errors
+/// Anything that stops the command; `main` prints it as `error: {e:#}`.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run(args) => {
+            let overrides = args.overrides.to_overrides()?;
+            let config = Config::load(args.config.as_deref(), &overrides)?;
+            crate::app::run(config)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CheckConfig(args) => {
+            let overrides = args.overrides.to_overrides()?;
+            let config = Config::load(Some(&args.file), &overrides)?;
+            print!("{}", config.effective());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Explain(args) => explain_cmd(args),
+        Command::FromTc(args) => {
+            let input = args.words.join(" ");
+            let toml = config::tc::to_toml(&input)
+                .with_context(|| format!("cannot convert tc options '{input}'"))?;
+            print!("{toml}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ctl(args) => ctl_cmd(args),
+    }
+}
+
+fn explain_cmd(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    let overrides = args.overrides.to_overrides()?;
+    let config = Config::load(args.config.as_deref(), &overrides)?;
+    let spec_text = if args.spec.is_empty() {
+        let src = args
+            .src
+            .as_deref()
+            .context("give a packet spec ('tcp 10.0.0.1:1234 > 10.0.0.2:80') or --src and --dst")?;
+        let dst = args.dst.as_deref().context("--dst is missing")?;
+        let mut s = format!("{} {src} > {dst}", args.proto.as_deref().unwrap_or("tcp"));
+        if let Some(d) = &args.dscp {
+            s.push_str(&format!(" dscp {d}"));
+        }
+        s
+    } else {
+        let mut s = args.spec.join(" ");
+        if let Some(d) = &args.dscp {
+            s.push_str(&format!(" dscp {d}"));
+        }
+        s
+    };
+    let spec = explain::PacketSpec::parse(&spec_text)?;
+    let queues = config
+        .engine
+        .get("tx_queues")
+        .and_then(toml::Value::as_integer)
+        .unwrap_or(1)
+        .max(1) as usize;
+    let e = explain::explain(&spec, &config.to_cake_config(), queues);
+    print!("{e}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ctl_cmd(args: CtlArgs) -> anyhow::Result<ExitCode> {
+    let _ = (&args.socket, &args.request);
+    anyhow::bail!("the control client is not built into this cakewalk yet")
+}

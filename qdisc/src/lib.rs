@@ -23,6 +23,7 @@ mod rate;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use cake::{Cake, CakeConfig};
 pub use packet::{FlowKeys, L3Kind, Packet, PacketMeta, TcpAckInfo};
 pub use rate::Rate;
 

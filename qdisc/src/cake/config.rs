@@ -137,3 +137,493 @@ impl Default for CakeConfig {
         }
     }
 }
+
+/// Largest packet limit accepted: the packet slab is allocated up front, so a limit of a few
+/// billion would try to allocate gigabytes before the first packet.
+pub const MAX_PACKET_LIMIT: u32 = 1 << 22;
+
+/// The lowest shaped rate the kernel accepts (cake-spec.md §5: `MIN_RATE`).
+pub const MIN_RATE_BYTES_PER_SEC: u64 = 64;
+
+/// Why a [`CakeConfig`] was refused. Every message names the bad value and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A shaped rate below 64 bytes/s.
+    #[error("rate {bytes_per_sec} B/s is below the minimum of 64 B/s (512 bit/s); raise it, or use 0 for unlimited")]
+    RateTooLow {
+        /// The rejected rate in bytes per second.
+        bytes_per_sec: u64,
+    },
+    /// A zero CoDel target.
+    #[error("target 0 is not allowed; use at least 1us (the default is 5ms)")]
+    ZeroTarget,
+    /// A zero CoDel interval.
+    #[error("interval (rtt) 0 is not allowed; use at least 1us (the default is 100ms)")]
+    ZeroInterval,
+    /// A zero packet limit.
+    #[error("packet limit 0 would drop every packet; use at least 1 (the default is 10240)")]
+    ZeroPacketLimit,
+    /// A packet limit so large the slab could not be preallocated.
+    #[error(
+        "packet limit {limit} is above the maximum of {max}; lower it or set a memlimit instead"
+    )]
+    PacketLimitTooLarge {
+        /// The rejected limit.
+        limit: u32,
+        /// The largest accepted limit.
+        max: u32,
+    },
+    /// An overhead outside tc's range.
+    #[error("overhead {overhead} is outside -64..=256 bytes; pick a value in that range")]
+    OverheadOutOfRange {
+        /// The rejected overhead.
+        overhead: i32,
+    },
+    /// An MPU above tc's maximum.
+    #[error("mpu {mpu} is above the maximum of 256 bytes; lower it")]
+    MpuTooLarge {
+        /// The rejected MPU.
+        mpu: u32,
+    },
+    /// An MTU of zero or above 64 KiB.
+    #[error("mtu {mtu} is outside 1..=65536 bytes; use the link MTU plus its L2 header (1514 on Ethernet)")]
+    MtuOutOfRange {
+        /// The rejected MTU.
+        mtu: u32,
+    },
+    /// A keyword that is not a link-layer preset.
+    #[error("'{0}' is not a link-layer preset; try raw, conservative, ethernet, docsis, ether-vlan, pppoe-ptm, bridged-ptm, pppoa-vcmux, pppoe-llcsnap, ...")]
+    UnknownLinkPreset(String),
+    /// A keyword that is not an RTT preset.
+    #[error("'{0}' is not an rtt preset; try datacentre, lan, metro, regional, internet, oceanic, satellite or interplanetary")]
+    UnknownRttPreset(String),
+}
+
+impl CakeConfig {
+    /// Checks every option against the ranges `tc` and the kernel accept.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found: a shaped rate below 64 B/s (0 means unlimited and is
+    /// fine), a zero target or interval, a packet limit of 0 or above [`MAX_PACKET_LIMIT`],
+    /// an overhead outside -64..=256, an mpu above 256, or an mtu outside 1..=65536.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let rate = self.rate.bytes_per_sec();
+        if rate != 0 && rate < MIN_RATE_BYTES_PER_SEC {
+            return Err(ConfigError::RateTooLow {
+                bytes_per_sec: rate,
+            });
+        }
+        if self.target_ns == 0 {
+            return Err(ConfigError::ZeroTarget);
+        }
+        if self.interval_ns == 0 {
+            return Err(ConfigError::ZeroInterval);
+        }
+        if self.packet_limit == 0 {
+            return Err(ConfigError::ZeroPacketLimit);
+        }
+        if self.packet_limit > MAX_PACKET_LIMIT {
+            return Err(ConfigError::PacketLimitTooLarge {
+                limit: self.packet_limit,
+                max: MAX_PACKET_LIMIT,
+            });
+        }
+        if !(-64..=256).contains(&self.overhead) {
+            return Err(ConfigError::OverheadOutOfRange {
+                overhead: self.overhead,
+            });
+        }
+        if self.mpu > 256 {
+            return Err(ConfigError::MpuTooLarge { mpu: self.mpu });
+        }
+        if self.mtu == 0 || self.mtu > 65536 {
+            return Err(ConfigError::MtuOutOfRange { mtu: self.mtu });
+        }
+        Ok(())
+    }
+
+    /// Sets the RTT the way `tc ... rtt T` does: interval = T, target = max(T/20, 1 µs).
+    pub fn set_rtt(&mut self, rtt_ns: u64) {
+        self.interval_ns = rtt_ns;
+        self.target_ns = (rtt_ns / 20).max(1_000);
+    }
+
+    /// Applies a link-layer keyword (overhead, mpu, ATM/PTM framing).
+    pub fn apply_link_preset(&mut self, preset: LinkPreset) {
+        preset.apply(self);
+    }
+
+    /// Applies an RTT keyword (target and interval).
+    pub fn apply_rtt_preset(&mut self, preset: RttPreset) {
+        self.target_ns = preset.target_ns();
+        self.interval_ns = preset.interval_ns();
+    }
+}
+
+/// The link-layer keywords of `tc qdisc ... cake` (cake-spec.md §5 tc keywords).
+///
+/// Each sets the overhead and clears `raw`; some also set the MPU or ATM/PTM framing. As in
+/// tc, a keyword only sets what it names: `ether-vlan` adds 4 bytes to whatever overhead is
+/// already configured, every other keyword replaces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinkPreset {
+    /// No overhead compensation (the default): frame length as seen, no ATM/PTM.
+    Raw,
+    /// ATM with 48 bytes of overhead: safe for any ADSL link.
+    Conservative,
+    /// Ethernet: preamble, SFD, FCS and inter-frame gap (+38), mpu 84.
+    Ethernet,
+    /// DOCSIS cable: +18, mpu 64.
+    Docsis,
+    /// Adds 4 bytes for an 802.1Q tag on top of the current overhead.
+    EtherVlan,
+    /// ATM, IP over AAL5 VC-mux (+8).
+    IpoaVcmux,
+    /// ATM, IP over AAL5 LLC/SNAP (+16).
+    IpoaLlcsnap,
+    /// ATM, bridged VC-mux (+24).
+    BridgedVcmux,
+    /// ATM, bridged LLC/SNAP (+32).
+    BridgedLlcsnap,
+    /// ATM, PPPoA VC-mux (+10).
+    PppoaVcmux,
+    /// ATM, PPPoA LLC (+14).
+    PppoaLlc,
+    /// ATM, PPPoE over VC-mux (+32).
+    PppoeVcmux,
+    /// ATM, PPPoE over LLC/SNAP (+40).
+    PppoeLlcsnap,
+    /// PTM (VDSL2), PPPoE (+30).
+    PppoePtm,
+    /// PTM (VDSL2), bridged (+22).
+    BridgedPtm,
+}
+
+impl LinkPreset {
+    /// Every preset, in tc's documentation order.
+    pub const ALL: [LinkPreset; 15] = [
+        LinkPreset::Raw,
+        LinkPreset::Conservative,
+        LinkPreset::Ethernet,
+        LinkPreset::Docsis,
+        LinkPreset::EtherVlan,
+        LinkPreset::IpoaVcmux,
+        LinkPreset::IpoaLlcsnap,
+        LinkPreset::BridgedVcmux,
+        LinkPreset::BridgedLlcsnap,
+        LinkPreset::PppoaVcmux,
+        LinkPreset::PppoaLlc,
+        LinkPreset::PppoeVcmux,
+        LinkPreset::PppoeLlcsnap,
+        LinkPreset::PppoePtm,
+        LinkPreset::BridgedPtm,
+    ];
+
+    /// The tc keyword.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkPreset::Raw => "raw",
+            LinkPreset::Conservative => "conservative",
+            LinkPreset::Ethernet => "ethernet",
+            LinkPreset::Docsis => "docsis",
+            LinkPreset::EtherVlan => "ether-vlan",
+            LinkPreset::IpoaVcmux => "ipoa-vcmux",
+            LinkPreset::IpoaLlcsnap => "ipoa-llcsnap",
+            LinkPreset::BridgedVcmux => "bridged-vcmux",
+            LinkPreset::BridgedLlcsnap => "bridged-llcsnap",
+            LinkPreset::PppoaVcmux => "pppoa-vcmux",
+            LinkPreset::PppoaLlc => "pppoa-llc",
+            LinkPreset::PppoeVcmux => "pppoe-vcmux",
+            LinkPreset::PppoeLlcsnap => "pppoe-llcsnap",
+            LinkPreset::PppoePtm => "pppoe-ptm",
+            LinkPreset::BridgedPtm => "bridged-ptm",
+        }
+    }
+
+    /// Parses a tc keyword.
+    ///
+    /// # Errors
+    /// [`ConfigError::UnknownLinkPreset`] for anything else.
+    pub fn from_name(name: &str) -> Result<LinkPreset, ConfigError> {
+        LinkPreset::ALL
+            .into_iter()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| ConfigError::UnknownLinkPreset(name.to_owned()))
+    }
+
+    /// The overhead the keyword sets (for `ether-vlan`, the amount it adds).
+    pub fn overhead(self) -> i32 {
+        match self {
+            LinkPreset::Raw => 0,
+            LinkPreset::Conservative => 48,
+            LinkPreset::Ethernet => 38,
+            LinkPreset::Docsis => 18,
+            LinkPreset::EtherVlan => 4,
+            LinkPreset::IpoaVcmux => 8,
+            LinkPreset::IpoaLlcsnap => 16,
+            LinkPreset::BridgedVcmux => 24,
+            LinkPreset::BridgedLlcsnap => 32,
+            LinkPreset::PppoaVcmux => 10,
+            LinkPreset::PppoaLlc => 14,
+            LinkPreset::PppoeVcmux => 32,
+            LinkPreset::PppoeLlcsnap => 40,
+            LinkPreset::PppoePtm => 30,
+            LinkPreset::BridgedPtm => 22,
+        }
+    }
+
+    /// The cell framing the keyword selects, if it selects one.
+    pub fn atm(self) -> Option<AtmMode> {
+        match self {
+            LinkPreset::Raw => Some(AtmMode::None),
+            LinkPreset::Conservative
+            | LinkPreset::IpoaVcmux
+            | LinkPreset::IpoaLlcsnap
+            | LinkPreset::BridgedVcmux
+            | LinkPreset::BridgedLlcsnap
+            | LinkPreset::PppoaVcmux
+            | LinkPreset::PppoaLlc
+            | LinkPreset::PppoeVcmux
+            | LinkPreset::PppoeLlcsnap => Some(AtmMode::Atm),
+            LinkPreset::PppoePtm | LinkPreset::BridgedPtm => Some(AtmMode::Ptm),
+            LinkPreset::Ethernet | LinkPreset::Docsis => Some(AtmMode::None),
+            LinkPreset::EtherVlan => None,
+        }
+    }
+
+    /// The MPU the keyword sets, if it sets one.
+    pub fn mpu(self) -> Option<u32> {
+        match self {
+            LinkPreset::Ethernet => Some(84),
+            LinkPreset::Docsis => Some(64),
+            _ => None,
+        }
+    }
+
+    /// Writes the keyword's settings into `config`.
+    pub fn apply(self, config: &mut CakeConfig) {
+        match self {
+            LinkPreset::Raw => {
+                config.raw = true;
+                config.overhead = 0;
+                config.atm = AtmMode::None;
+            }
+            LinkPreset::EtherVlan => {
+                config.raw = false;
+                config.overhead = config.overhead.saturating_add(4);
+            }
+            _ => {
+                config.raw = false;
+                config.overhead = self.overhead();
+            }
+        }
+        if let Some(atm) = self.atm() {
+            config.atm = atm;
+        }
+        if let Some(mpu) = self.mpu() {
+            config.mpu = mpu;
+        }
+    }
+}
+
+/// The RTT keywords of `tc qdisc ... cake` (cake-spec.md §4 tc RTT presets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RttPreset {
+    /// 5 µs / 100 µs.
+    Datacentre,
+    /// 50 µs / 1 ms.
+    Lan,
+    /// 500 µs / 10 ms.
+    Metro,
+    /// 1.5 ms / 30 ms.
+    Regional,
+    /// 5 ms / 100 ms (the default).
+    Internet,
+    /// 15 ms / 300 ms.
+    Oceanic,
+    /// 50 ms / 1 s.
+    Satellite,
+    /// 50 s / 1000 s.
+    Interplanetary,
+}
+
+impl RttPreset {
+    /// Every preset, shortest first.
+    pub const ALL: [RttPreset; 8] = [
+        RttPreset::Datacentre,
+        RttPreset::Lan,
+        RttPreset::Metro,
+        RttPreset::Regional,
+        RttPreset::Internet,
+        RttPreset::Oceanic,
+        RttPreset::Satellite,
+        RttPreset::Interplanetary,
+    ];
+
+    /// The tc keyword.
+    pub fn name(self) -> &'static str {
+        match self {
+            RttPreset::Datacentre => "datacentre",
+            RttPreset::Lan => "lan",
+            RttPreset::Metro => "metro",
+            RttPreset::Regional => "regional",
+            RttPreset::Internet => "internet",
+            RttPreset::Oceanic => "oceanic",
+            RttPreset::Satellite => "satellite",
+            RttPreset::Interplanetary => "interplanetary",
+        }
+    }
+
+    /// Parses a tc keyword.
+    ///
+    /// # Errors
+    /// [`ConfigError::UnknownRttPreset`] for anything else.
+    pub fn from_name(name: &str) -> Result<RttPreset, ConfigError> {
+        RttPreset::ALL
+            .into_iter()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| ConfigError::UnknownRttPreset(name.to_owned()))
+    }
+
+    /// CoDel target in ns.
+    pub fn target_ns(self) -> u64 {
+        match self {
+            RttPreset::Datacentre => 5_000,
+            RttPreset::Lan => 50_000,
+            RttPreset::Metro => 500_000,
+            RttPreset::Regional => 1_500_000,
+            RttPreset::Internet => 5_000_000,
+            RttPreset::Oceanic => 15_000_000,
+            RttPreset::Satellite => 50_000_000,
+            RttPreset::Interplanetary => 50_000_000_000,
+        }
+    }
+
+    /// CoDel interval in ns.
+    pub fn interval_ns(self) -> u64 {
+        match self {
+            RttPreset::Datacentre => 100_000,
+            RttPreset::Lan => 1_000_000,
+            RttPreset::Metro => 10_000_000,
+            RttPreset::Regional => 30_000_000,
+            RttPreset::Internet => 100_000_000,
+            RttPreset::Oceanic => 300_000_000,
+            RttPreset::Satellite => 1_000_000_000,
+            RttPreset::Interplanetary => 1_000_000_000_000,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid() {
+        assert_eq!(CakeConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn validation_rejects_each_bad_value_with_a_fix() {
+        let bad = |f: fn(&mut CakeConfig)| {
+            let mut c = CakeConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        let e = bad(|c| c.rate = Rate::from_bytes_per_sec(63));
+        assert!(e.to_string().contains("63 B/s"), "{e}");
+        assert!(e.to_string().contains("use 0 for unlimited"), "{e}");
+        assert_eq!(bad(|c| c.target_ns = 0), ConfigError::ZeroTarget);
+        assert_eq!(bad(|c| c.interval_ns = 0), ConfigError::ZeroInterval);
+        assert_eq!(bad(|c| c.packet_limit = 0), ConfigError::ZeroPacketLimit);
+        assert!(matches!(
+            bad(|c| c.packet_limit = u32::MAX),
+            ConfigError::PacketLimitTooLarge { .. }
+        ));
+        assert_eq!(
+            bad(|c| c.overhead = -65),
+            ConfigError::OverheadOutOfRange { overhead: -65 }
+        );
+        assert_eq!(
+            bad(|c| c.overhead = 257),
+            ConfigError::OverheadOutOfRange { overhead: 257 }
+        );
+        assert_eq!(bad(|c| c.mpu = 257), ConfigError::MpuTooLarge { mpu: 257 });
+        assert_eq!(bad(|c| c.mtu = 0), ConfigError::MtuOutOfRange { mtu: 0 });
+    }
+
+    #[test]
+    fn validation_accepts_the_edges() {
+        let mut c = CakeConfig {
+            rate: Rate::from_bytes_per_sec(64),
+            overhead: -64,
+            mpu: 256,
+            packet_limit: 1,
+            ..CakeConfig::default()
+        };
+        assert_eq!(c.validate(), Ok(()));
+        c.overhead = 256;
+        c.rate = Rate::UNLIMITED;
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn link_presets_set_tc_overheads() {
+        let table: [(&str, i32, AtmMode, u32); 14] = [
+            ("conservative", 48, AtmMode::Atm, 0),
+            ("ethernet", 38, AtmMode::None, 84),
+            ("docsis", 18, AtmMode::None, 64),
+            ("ipoa-vcmux", 8, AtmMode::Atm, 0),
+            ("ipoa-llcsnap", 16, AtmMode::Atm, 0),
+            ("bridged-vcmux", 24, AtmMode::Atm, 0),
+            ("bridged-llcsnap", 32, AtmMode::Atm, 0),
+            ("pppoa-vcmux", 10, AtmMode::Atm, 0),
+            ("pppoa-llc", 14, AtmMode::Atm, 0),
+            ("pppoe-vcmux", 32, AtmMode::Atm, 0),
+            ("pppoe-llcsnap", 40, AtmMode::Atm, 0),
+            ("pppoe-ptm", 30, AtmMode::Ptm, 0),
+            ("bridged-ptm", 22, AtmMode::Ptm, 0),
+            ("raw", 0, AtmMode::None, 0),
+        ];
+        for (name, overhead, atm, mpu) in table {
+            let mut c = CakeConfig::default();
+            c.apply_link_preset(LinkPreset::from_name(name).unwrap());
+            assert_eq!((c.overhead, c.atm, c.mpu), (overhead, atm, mpu), "{name}");
+            assert_eq!(c.raw, name == "raw", "{name}");
+            assert_eq!(c.validate(), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn ether_vlan_adds_four_bytes_to_the_current_overhead() {
+        let mut c = CakeConfig::default();
+        c.apply_link_preset(LinkPreset::Ethernet);
+        c.apply_link_preset(LinkPreset::EtherVlan);
+        assert_eq!((c.overhead, c.mpu, c.raw), (42, 84, false));
+    }
+
+    #[test]
+    fn unknown_keywords_suggest_valid_ones() {
+        let e = LinkPreset::from_name("ethernett").unwrap_err();
+        assert!(e.to_string().contains("'ethernett'") && e.to_string().contains("ethernet"));
+        let e = RttPreset::from_name("moon").unwrap_err();
+        assert!(e.to_string().contains("satellite"));
+    }
+
+    #[test]
+    fn rtt_presets_match_tc() {
+        for p in RttPreset::ALL {
+            assert_eq!(RttPreset::from_name(p.name()), Ok(p));
+            // Every preset but interplanetary is target = interval / 20.
+            if p != RttPreset::Interplanetary {
+                assert_eq!(p.target_ns() * 20, p.interval_ns(), "{}", p.name());
+            }
+        }
+        assert_eq!(RttPreset::Interplanetary.target_ns(), 50_000_000_000);
+        let mut c = CakeConfig::default();
+        c.set_rtt(200_000);
+        assert_eq!((c.target_ns, c.interval_ns), (10_000, 200_000));
+        c.set_rtt(1_000);
+        assert_eq!(c.target_ns, 1_000, "target never below 1us");
+    }
+}

@@ -1,5 +1,1713 @@
-//! One CAKE instance (sch_cake): tins, flows, DRR++, COBALT and the time-based shaper.
+//! One CAKE instance (Linux `sch_cake`): tins, set-associative flow tables with host
+//! fairness, DRR++, COBALT and the time-based shaper, with the overflow heap, ACK filter and
+//! autorate (cake-spec.md §1–§6, §8). It does not share a rate between TX queues; that is
+//! [`crate::mq`]'s job, which drives a `Cake` through [`Qdisc`].
+//!
+//! # Call protocol
+//! * [`Qdisc::enqueue`], [`Qdisc::dequeue`], [`Qdisc::try_bypass`], [`Qdisc::set_rate`] and
+//!   [`Cake::reconfigure`] may interleave in any order on one thread; each runs to
+//!   completion, so there is no "middle of a dequeue" for a rate change or a reconfigure
+//!   to land in.
+//! * `now_ns` should not go backwards. An older value is clamped to the newest seen and
+//!   counted in [`CakeStats::clock_clamps`].
+//! * `dequeue` returns [`Dequeue::NotBefore`] when the shaper holds packets back; call it
+//!   again at that time (or use [`Qdisc::next_wakeup`]).
+//!
+//! # Costs
+//! Enqueue is O(1) apart from the ACK filter (a walk of the flow's queue) and, only after
+//! an overflow, O(log 8192) heap upkeep; an overflow drop after 65535 quiet dequeues
+//! rebuilds the heap in O(8192). Dequeue is O(tins + flows visited), normally O(1).
+//! `set_rate` is O(tins). Nothing allocates after [`Cake::new`], except `reconfigure`
+//! growing the packet slab or turning the ACK filter on.
+//!
+//! # Choices where Linux has quirks (each is tested)
+//! * **`rec_inv_sqrt` of a fresh flow is 0**, as in the kernel, so the first dropping episode
+//!   of a never-used flow schedules its first drop at once ([`cobalt::CobaltVars`]).
+//! * **Sent counters are counted at delivery**, not at enqueue as in Linux, so they match
+//!   what left the port; bypassed packets count too.
+//! * **NAT**: cakewalk has no conntrack, so the kernel's NAT lookup (and its bug of not
+//!   updating the destination port) cannot be reproduced. The `nat` flag keeps one effect:
+//!   with `nat` on and `PacketMeta::keys_rewritten` set, the precomputed hash is not
+//!   reused (seed 002).
+//! * **Packet limit**: treated like `sch->limit`: after each enqueue, packets are dropped
+//!   from the head of the fattest flow while more than `packet_limit` are queued (Linux's
+//!   CAKE only enforces its memory limit).
+//! * **GSO** super-frames are never split (the `Packet` trait cannot split a buffer); they
+//!   are charged per segment as on the kernel's unsplit path.
+//! * **wash** is left to the caller's rewrite step: the qdisc never writes packet bytes.
+//! * **Reconfigure to fewer tins** purges the dropped tins; purged packets are counted as
+//!   `Overflow` drops and in [`CakeStats::purged_packets`].
+//! * **Memory limit 0** (`memlimit: Some(0)`) means "auto", as the kernel's 0 does.
 
+mod ack_filter;
+pub mod cobalt;
 mod config;
+pub mod diffserv;
+mod hash;
+mod heap;
+pub mod shaper;
+mod stats;
 
-pub use config::{AckFilterMode, AtmMode, CakeConfig, DiffservMode, FlowMode};
+use crate::{Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
+
+pub use config::{
+    AckFilterMode, AtmMode, CakeConfig, ConfigError, DiffservMode, FlowMode, LinkPreset, RttPreset,
+    MAX_PACKET_LIMIT, MIN_RATE_BYTES_PER_SEC,
+};
+pub use diffserv::{diffserv_table, diffserv_tin, tin_count, tin_order, MAX_TINS};
+pub use hash::{flow_hash, host_hash};
+pub use stats::{CakeStats, TinStats, DELAY_HISTOGRAM_MAX_US, DELAY_SAMPLE_EVERY};
+
+use ack_filter::AckEntry;
+use cobalt::{CobaltParams, CobaltVars, Verdict};
+use heap::OverflowHeap;
+use shaper::{Clock, Overhead, RateNs};
+use stats::ewma;
+
+/// Flow queues per tin.
+pub const FLOWS_PER_TIN: usize = 1024;
+/// Ways per set of the set-associative flow and host tables.
+pub const SET_WAYS: usize = 8;
+const ALL_FLOWS: usize = MAX_TINS * FLOWS_PER_TIN;
+/// Dequeues after an overflow during which the heap is kept up to date.
+const OVERFLOW_TIMEOUT: u32 = 65535;
+/// Autorate waits this long after a reconfigure before changing the rate again.
+const AUTORATE_HOLDOFF_NS: u64 = 250_000_000;
+
+const NIL: u32 = u32::MAX;
+const NIL16: u16 = u16::MAX;
+
+// Flow set membership (the kernel's CAKE_SET_*).
+const SET_NONE: u8 = 0;
+const SET_SPARSE: u8 = 1;
+const SET_SPARSE_WAIT: u8 = 2;
+const SET_BULK: u8 = 3;
+const SET_DECAYING: u8 = 4;
+
+// The three flow lists of a tin.
+const NEW: u8 = 0;
+const OLD: u8 = 1;
+const DECAY: u8 = 2;
+const NO_LIST: u8 = u8::MAX;
+
+/// `65535 / n`: the host-fairness divisor table (index 0 unused).
+static QUANTUM_DIV: [u16; FLOWS_PER_TIN + 1] = {
+    let mut t = [0u16; FLOWS_PER_TIN + 1];
+    let mut i = 1;
+    while i <= FLOWS_PER_TIN {
+        t[i] = (65535 / i) as u16;
+        i += 1;
+    }
+    t
+};
+
+/// Per-flow state: one cache line.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+struct Flow {
+    head: u32,
+    tail: u32,
+    backlog: u64,
+    deficit: i32,
+    cv_count: u32,
+    cv_rec_inv_sqrt: u32,
+    cv_p_drop: u32,
+    cv_drop_next: u64,
+    cv_blue_timer: u64,
+    next: u16,
+    prev: u16,
+    srchost: u16,
+    dsthost: u16,
+    set: u8,
+    list: u8,
+    cv_dropping: bool,
+}
+
+impl Default for Flow {
+    fn default() -> Flow {
+        Flow {
+            head: NIL,
+            tail: NIL,
+            backlog: 0,
+            deficit: 0,
+            cv_count: 0,
+            cv_rec_inv_sqrt: 0,
+            cv_p_drop: 0,
+            cv_drop_next: 0,
+            cv_blue_timer: 0,
+            next: NIL16,
+            prev: NIL16,
+            srchost: 0,
+            dsthost: 0,
+            set: SET_NONE,
+            list: NO_LIST,
+            cv_dropping: false,
+        }
+    }
+}
+
+impl Flow {
+    #[inline]
+    fn cobalt(&self) -> CobaltVars {
+        CobaltVars {
+            count: self.cv_count,
+            rec_inv_sqrt: self.cv_rec_inv_sqrt,
+            p_drop: self.cv_p_drop,
+            dropping: self.cv_dropping,
+            drop_next: self.cv_drop_next,
+            blue_timer: self.cv_blue_timer,
+        }
+    }
+
+    #[inline]
+    fn set_cobalt(&mut self, v: CobaltVars) {
+        self.cv_count = v.count;
+        self.cv_rec_inv_sqrt = v.rec_inv_sqrt;
+        self.cv_p_drop = v.p_drop;
+        self.cv_dropping = v.dropping;
+        self.cv_drop_next = v.drop_next;
+        self.cv_blue_timer = v.blue_timer;
+    }
+}
+
+/// Host-fairness entry (`struct cake_host`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Host {
+    src_tag: u32,
+    dst_tag: u32,
+    src_bulk: u16,
+    dst_bulk: u16,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct List {
+    head: u16,
+    tail: u16,
+}
+
+impl Default for List {
+    fn default() -> List {
+        List {
+            head: NIL16,
+            tail: NIL16,
+        }
+    }
+}
+
+/// Per-tin scheduling state (counters live in [`TinStats`]).
+#[derive(Debug, Clone, Default)]
+struct Tin {
+    lists: [List; 3],
+    tin_quantum: u16,
+    tin_deficit: i32,
+    flow_quantum: u16,
+    cparams: CobaltParams,
+    rate: RateNs,
+    clock: Clock,
+}
+
+/// A packet slot in the preallocated slab.
+#[derive(Debug, Clone)]
+struct Slot<P> {
+    pkt: Option<P>,
+    next: u32,
+    len: u32,
+    adj_len: u32,
+    footprint: u32,
+    enqueue_ns: u64,
+}
+
+/// Where a packet would go: the answer to `cakewalk explain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Classification {
+    /// Tin index.
+    pub tin: usize,
+    /// Tin name in the current diffserv mode.
+    pub tin_name: &'static str,
+    /// The flow hash (tag) used for the set-associative lookup.
+    pub flow_hash: u32,
+    /// True when the precomputed `l4_hash` was used as the flow hash.
+    pub used_l4_hash: bool,
+    /// Flow queue within the tin (0..1024).
+    pub flow: usize,
+    /// Source host entry within the tin, in dual-srchost and triple-isolate modes.
+    pub src_host: Option<usize>,
+    /// Destination host entry within the tin, in dual-dsthost and triple-isolate modes.
+    pub dst_host: Option<usize>,
+}
+
+/// Autorate-ingress estimator state.
+#[derive(Debug, Clone, Default)]
+struct Autorate {
+    avg_packet_interval: u64,
+    last_packet_time: u64,
+    avg_window_begin: u64,
+    avg_window_bytes: u64,
+    avg_peak_bandwidth: u64,
+    last_reconfig_time: u64,
+}
+
+/// One CAKE instance over packets of type `P`. See the module docs for the call protocol.
+#[derive(Debug, Clone)]
+pub struct Cake<P> {
+    config: CakeConfig,
+    tin_cnt: usize,
+    tin_index: &'static [u8; 64],
+    tin_order: &'static [usize],
+    tin_names: &'static [&'static str],
+    dsrc: bool,
+    ddst: bool,
+    overhead: Overhead,
+    ingress: bool,
+    ack_mode: AckFilterMode,
+
+    rate_bps: u64,
+    rate: RateNs,
+    time_next: Clock,
+    failsafe_next: u64,
+
+    buffer_used: u64,
+    buffer_limit: u64,
+    qlen: u32,
+    backlog: u64,
+
+    tins: [Tin; MAX_TINS],
+    flows: Box<[Flow]>,
+    tags: Box<[u32]>,
+    hosts: Box<[Host]>,
+    heap: OverflowHeap,
+    overflow_timeout: u32,
+
+    slots: Vec<Slot<P>>,
+    free_head: u32,
+    ack: Vec<AckEntry>,
+
+    cur_tin: usize,
+    cur_flow: usize,
+    rng: u64,
+    last_now: u64,
+    sample_ctr: u32,
+    autorate: Autorate,
+    stats: CakeStats,
+}
+
+#[inline]
+fn wyrand(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0xa076_1d64_78bd_642f);
+    let t = u128::from(*state) * u128::from(*state ^ 0xe703_7ed1_a0b4_28db);
+    (t as u64) ^ ((t >> 64) as u64)
+}
+
+#[inline]
+fn clamp_u32(v: usize) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+impl<P: Packet> Cake<P> {
+    /// Creates an instance with every table preallocated: 8 tins × 1024 flows and a packet
+    /// slab of `packet_limit + 1` slots.
+    ///
+    /// # Errors
+    /// Whatever [`CakeConfig::validate`] rejects.
+    pub fn new(config: &CakeConfig) -> Result<Cake<P>, ConfigError> {
+        config.validate()?;
+        let mut cake = Cake {
+            config: config.clone(),
+            tin_cnt: 1,
+            tin_index: diffserv_table(config.diffserv),
+            tin_order: tin_order(config.diffserv),
+            tin_names: diffserv::tin_names(config.diffserv),
+            dsrc: false,
+            ddst: false,
+            overhead: Overhead::default(),
+            ingress: false,
+            ack_mode: AckFilterMode::Off,
+            rate_bps: 0,
+            rate: RateNs::default(),
+            time_next: Clock::default(),
+            failsafe_next: 0,
+            buffer_used: 0,
+            buffer_limit: 0,
+            qlen: 0,
+            backlog: 0,
+            tins: Default::default(),
+            flows: vec![Flow::default(); ALL_FLOWS].into_boxed_slice(),
+            tags: vec![0u32; ALL_FLOWS].into_boxed_slice(),
+            hosts: vec![Host::default(); ALL_FLOWS].into_boxed_slice(),
+            heap: OverflowHeap::new(ALL_FLOWS),
+            overflow_timeout: 0,
+            slots: Vec::new(),
+            free_head: NIL,
+            ack: Vec::new(),
+            cur_tin: 0,
+            cur_flow: 0,
+            rng: config.seed,
+            last_now: 0,
+            sample_ctr: 0,
+            autorate: Autorate::default(),
+            stats: CakeStats::new(),
+        };
+        cake.apply_config();
+        Ok(cake)
+    }
+
+    /// Applies a full new configuration at this (always safe) point between calls.
+    ///
+    /// Unlike [`Qdisc::set_rate`] this recomputes everything: tin tables, COBALT
+    /// parameters, memory limit, overhead. Tins at or above the new tin count are purged
+    /// (their packets counted as `Overflow` drops); the cursors are kept when still valid.
+    ///
+    /// # Errors
+    /// Whatever [`CakeConfig::validate`] rejects; the instance is then unchanged.
+    pub fn reconfigure(&mut self, config: &CakeConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        let old_mode = self.config.flow_mode;
+        self.config = config.clone();
+        self.apply_config();
+        for t in self.tin_cnt..MAX_TINS {
+            self.purge_tin(t);
+        }
+        if old_mode != config.flow_mode {
+            self.recount_hosts();
+        }
+        Ok(())
+    }
+
+    fn apply_config(&mut self) {
+        let c = &self.config;
+        self.tin_cnt = tin_count(c.diffserv);
+        self.tin_index = diffserv_table(c.diffserv);
+        self.tin_order = tin_order(c.diffserv);
+        self.tin_names = diffserv::tin_names(c.diffserv);
+        let mode = c.flow_mode as u8;
+        self.dsrc = mode & 5 == 5;
+        self.ddst = mode & 6 == 6;
+        self.overhead = Overhead {
+            compensate: !c.raw,
+            overhead: c.overhead,
+            mpu: c.mpu,
+            atm: c.atm,
+        };
+        self.ingress = c.ingress;
+        self.ack_mode = c.ack_filter;
+        self.stats.tin_count = self.tin_cnt;
+        let want = c.packet_limit as usize + 1;
+        while self.slots.len() < want {
+            let i = self.slots.len() as u32;
+            self.slots.push(Slot {
+                pkt: None,
+                next: self.free_head,
+                len: 0,
+                adj_len: 0,
+                footprint: 0,
+                enqueue_ns: 0,
+            });
+            self.free_head = i;
+        }
+        if c.ack_filter != AckFilterMode::Off {
+            self.ack.resize(self.slots.len(), AckEntry::default());
+        } else {
+            self.ack = Vec::new();
+        }
+        if self.cur_tin >= self.tin_cnt {
+            self.cur_tin = 0;
+        }
+        let rate = c.rate.bytes_per_sec();
+        self.autorate.avg_peak_bandwidth = rate;
+        self.stats.capacity_estimate = rate;
+        self.configure_rates(rate, false);
+    }
+
+    /// Sets every tin's rate and, unless `rate_only`, its COBALT parameters and flow
+    /// quantum, plus the memory limit (sch_cake.c `cake_configure_rates` after a3729e0df005:
+    /// never purges, never moves cursors).
+    fn configure_rates(&mut self, rate: u64, rate_only: bool) {
+        let was_unlimited = self.rate.is_unlimited();
+        let shares = diffserv::tin_shares(self.config.diffserv, rate);
+        let mtu = u64::from(self.config.mtu);
+        for (t, share) in shares.iter().enumerate().take(self.tin_cnt) {
+            let tin = &mut self.tins[t];
+            tin.rate = RateNs::new(share.threshold_bytes_per_sec);
+            tin.clock.reset_fraction();
+            let st = &mut self.stats.tins[t];
+            st.threshold_rate = share.threshold_bytes_per_sec;
+            if rate_only {
+                continue;
+            }
+            tin.tin_quantum = share.tin_quantum;
+            tin.flow_quantum = if share.threshold_bytes_per_sec == 0 {
+                1514
+            } else {
+                (share.threshold_bytes_per_sec >> 12).clamp(300, 1514) as u16
+            };
+            let mtu_time = tin.rate.duration_ns(mtu);
+            tin.cparams =
+                CobaltParams::new(self.config.target_ns, self.config.interval_ns, mtu_time);
+            st.target_us = tin.cparams.target_ns / 1000;
+            st.interval_us = tin.cparams.interval_ns / 1000;
+            st.flow_quantum = u32::from(tin.flow_quantum);
+        }
+        if !rate_only {
+            let mtu_time = self.tins[0].cparams.mtu_time_ns;
+            for tin in &mut self.tins[self.tin_cnt..] {
+                tin.cparams.mtu_time_ns = mtu_time;
+            }
+        }
+        self.rate_bps = rate;
+        self.rate = self.tins[0].rate;
+        self.time_next.reset_fraction();
+        if was_unlimited && !self.rate.is_unlimited() {
+            // Coming out of unlimited mode the clocks are stale; without this the shaper
+            // would let out a burst worth the whole unshaped period.
+            let now = self.last_now;
+            if self.time_next.next_ns < now {
+                self.time_next.set(now);
+                self.failsafe_next = now;
+            }
+            for tin in &mut self.tins {
+                if tin.clock.next_ns < now {
+                    tin.clock.set(now);
+                }
+            }
+        }
+        if !rate_only {
+            self.buffer_limit = self.compute_buffer_limit();
+            self.stats.memory_limit = self.buffer_limit;
+        }
+    }
+
+    fn compute_buffer_limit(&self) -> u64 {
+        let c = &self.config;
+        let memlimit = c.memlimit.unwrap_or(0);
+        let base = if memlimit != 0 {
+            memlimit
+        } else if self.rate_bps != 0 {
+            // 4 × rate × RTT, at least 4 MiB.
+            let t = u128::from(self.rate_bps) * u128::from(c.interval_ns / 1000) / 250_000;
+            (t.min(u128::from(u64::MAX)) as u64).max(4 << 20)
+        } else {
+            u64::MAX
+        };
+        base.min((u64::from(c.packet_limit) * u64::from(c.mtu)).max(memlimit))
+    }
+
+    /// Empties tin `t`: drops its packets and returns its flows and hosts to rest.
+    fn purge_tin(&mut self, t: usize) {
+        let base = t * FLOWS_PER_TIN;
+        for fid in base..base + FLOWS_PER_TIN {
+            while let Some(s) = self.pop_head(fid) {
+                let len = self.slots[s as usize].len;
+                self.release_slot(s);
+                self.stats.count_drop(DropReason::Overflow, u64::from(len));
+                self.stats.tins[t].dropped_packets += 1;
+                self.stats.purged_packets += 1;
+            }
+            let cv = self.flows[fid].cobalt();
+            self.flows[fid] = Flow {
+                cv_rec_inv_sqrt: cv.rec_inv_sqrt,
+                ..Flow::default()
+            };
+        }
+        for h in &mut self.hosts[base..base + FLOWS_PER_TIN] {
+            h.src_bulk = 0;
+            h.dst_bulk = 0;
+        }
+        let tin = &mut self.tins[t];
+        tin.lists = Default::default();
+        tin.tin_deficit = 0;
+        let st = &mut self.stats.tins[t];
+        st.sparse_flows = 0;
+        st.bulk_flows = 0;
+        st.decaying_flows = 0;
+        st.unresponsive_flows = 0;
+        st.backlog_bytes = 0;
+        self.overflow_timeout = 0;
+    }
+
+    /// Recomputes host bulk counts after a flow-mode change.
+    fn recount_hosts(&mut self) {
+        for h in self.hosts.iter_mut() {
+            h.src_bulk = 0;
+            h.dst_bulk = 0;
+        }
+        for fid in 0..ALL_FLOWS {
+            if self.flows[fid].set == SET_BULK {
+                self.inc_host_bulk(fid);
+            }
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &CakeConfig {
+        &self.config
+    }
+
+    /// The statistics.
+    pub fn stats(&self) -> &CakeStats {
+        &self.stats
+    }
+
+    /// The names of the tins in use, indexed by tin.
+    pub fn tin_names(&self) -> &'static [&'static str] {
+        self.tin_names
+    }
+
+    /// The display order of the tins (what a mark override of `n` selects: `order[n-1]`).
+    pub fn tin_order(&self) -> &'static [usize] {
+        self.tin_order
+    }
+
+    /// The shaping rate in force now: the configured rate, or what the last
+    /// [`Qdisc::set_rate`] or autorate set.
+    pub fn current_rate(&self) -> Rate {
+        Rate::from_bytes_per_sec(self.rate_bps)
+    }
+
+    /// The dequeue cursors `(cur_tin, cur_flow)`, for tests that prove a rate change
+    /// leaves them alone.
+    pub fn cursors(&self) -> (usize, usize) {
+        (self.cur_tin, self.cur_flow)
+    }
+
+    /// Bytes this instance allocated up front apart from the packets themselves: flow, tag,
+    /// host and heap tables, and the delay histograms. The packet slab (slot metadata plus
+    /// the packets, `packet_limit + 1` slots) is [`Cake::slab_bytes`].
+    pub fn preallocated_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let hist: usize = self
+            .stats
+            .tins
+            .iter()
+            .map(|t| t.delay_histogram.distinct_values() * size_of::<u64>())
+            .sum();
+        size_of::<Self>()
+            + self.flows.len() * size_of::<Flow>()
+            + self.tags.len() * size_of::<u32>()
+            + self.hosts.len() * size_of::<Host>()
+            + self.heap.bytes()
+            + self.ack.capacity() * size_of::<AckEntry>()
+            + self.stats.tins.len() * size_of::<TinStats>()
+            + hist
+    }
+
+    /// Bytes of the packet slab: `packet_limit + 1` slots of queue metadata and packet.
+    pub fn slab_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot<P>>()
+    }
+
+    #[inline]
+    fn clamp_now(&mut self, now: u64) -> u64 {
+        if now < self.last_now {
+            self.stats.clock_clamps += 1;
+            self.last_now
+        } else {
+            self.last_now = now;
+            now
+        }
+    }
+
+    #[inline]
+    fn next_rand(&mut self) -> u64 {
+        wyrand(&mut self.rng)
+    }
+
+    /// Picks the tin (cake-spec.md §3 Tin selection).
+    #[inline]
+    fn select_tin(&self, meta: &PacketMeta) -> usize {
+        if self.tin_cnt == 1 {
+            return 0;
+        }
+        let mask = self.config.fwmark_mask;
+        if mask != 0 {
+            let mark = (meta.mark & mask) >> mask.trailing_zeros();
+            if mark >= 1 && (mark as usize) <= self.tin_cnt {
+                return self.tin_order[mark as usize - 1];
+            }
+        }
+        let t = usize::from(self.tin_index[usize::from(meta.dscp & 63)]);
+        if t >= self.tin_cnt {
+            0
+        } else {
+            t
+        }
+    }
+
+    /// The flow hash under the current mode, and whether `l4_hash` was reused.
+    #[inline]
+    fn hash_of(&self, meta: &PacketMeta) -> (u32, bool) {
+        let mode = self.config.flow_mode as u8;
+        let seed = self.config.seed;
+        if mode & 4 != 0 {
+            if let Some(h) = meta.l4_hash {
+                if !(self.config.nat && meta.keys_rewritten) {
+                    return (h, true);
+                }
+            }
+            return (flow_hash(&meta.keys, seed), false);
+        }
+        let mut h = 0;
+        if mode & 1 != 0 {
+            h ^= host_hash(&meta.keys, seed, false);
+        }
+        if mode & 2 != 0 {
+            h ^= host_hash(&meta.keys, seed, true);
+        }
+        (h, false)
+    }
+
+    /// Where `meta` would go, without changing anything (for `cakewalk explain`).
+    pub fn classify(&self, meta: &PacketMeta) -> Classification {
+        let tin = self.select_tin(meta);
+        let (hash, used_l4_hash) = self.hash_of(meta);
+        let base = tin * FLOWS_PER_TIN;
+        let mut c = Classification {
+            tin,
+            tin_name: self.tin_names.get(tin).copied().unwrap_or("?"),
+            flow_hash: hash,
+            used_l4_hash,
+            flow: 0,
+            src_host: None,
+            dst_host: None,
+        };
+        if self.config.flow_mode == FlowMode::Flowblind {
+            return c;
+        }
+        let i = (hash as usize) % FLOWS_PER_TIN;
+        let outer = i - i % SET_WAYS;
+        let ways = (0..SET_WAYS).map(|k| outer + (i % SET_WAYS + k) % SET_WAYS);
+        let flow = ways
+            .clone()
+            .find(|&j| self.tags[base + j] == hash)
+            .or_else(|| ways.clone().find(|&j| self.flows[base + j].set == SET_NONE))
+            .unwrap_or(i);
+        c.flow = flow;
+        let f = &self.flows[base + flow];
+        let reuse = self.tags[base + flow] == hash && f.set != SET_NONE;
+        let host = |h: u32, dst: bool| -> usize {
+            let i = (h as usize) % FLOWS_PER_TIN;
+            let outer = i - i % SET_WAYS;
+            let ways = (0..SET_WAYS).map(|k| outer + (i % SET_WAYS + k) % SET_WAYS);
+            let tag = |j: usize| {
+                let e = &self.hosts[base + j];
+                if dst {
+                    (e.dst_tag, e.dst_bulk)
+                } else {
+                    (e.src_tag, e.src_bulk)
+                }
+            };
+            ways.clone()
+                .find(|&j| tag(j).0 == h)
+                .or_else(|| ways.clone().find(|&j| tag(j).1 == 0))
+                .unwrap_or(i)
+        };
+        if self.dsrc {
+            c.src_host = Some(if reuse {
+                usize::from(f.srchost)
+            } else {
+                host(host_hash(&meta.keys, self.config.seed, false), false)
+            });
+        }
+        if self.ddst {
+            c.dst_host = Some(if reuse {
+                usize::from(f.dsthost)
+            } else {
+                host(host_hash(&meta.keys, self.config.seed, true), true)
+            });
+        }
+        c
+    }
+
+    /// The set-associative lookup with host allocation (sch_cake.c `cake_hash`). Returns
+    /// the global flow id.
+    #[inline]
+    fn lookup(&mut self, tin: usize, meta: &PacketMeta) -> usize {
+        let base = tin * FLOWS_PER_TIN;
+        if self.config.flow_mode == FlowMode::Flowblind {
+            return base;
+        }
+        let (hash, _) = self.hash_of(meta);
+        let i = (hash as usize) % FLOWS_PER_TIN;
+        if self.tags[base + i] == hash && self.flows[base + i].set != SET_NONE {
+            self.stats.tins[tin].way_directs += 1;
+            return base + i;
+        }
+        let inner = i % SET_WAYS;
+        let outer = base + i - inner;
+        let mut allocate = false;
+        let mut chosen = None;
+        for n in 0..SET_WAYS {
+            let j = outer + (inner + n) % SET_WAYS;
+            if self.tags[j] == hash {
+                if n != 0 {
+                    self.stats.tins[tin].way_indirect_hits += 1;
+                }
+                if self.flows[j].set == SET_NONE {
+                    allocate = true;
+                }
+                chosen = Some(j);
+                break;
+            }
+        }
+        if chosen.is_none() {
+            for n in 0..SET_WAYS {
+                let j = outer + (inner + n) % SET_WAYS;
+                if self.flows[j].set == SET_NONE {
+                    self.stats.tins[tin].way_misses += 1;
+                    allocate = true;
+                    chosen = Some(j);
+                    break;
+                }
+            }
+        }
+        let fid = match chosen {
+            Some(j) => j,
+            None => {
+                // Every way busy with another flow: share the home bucket.
+                self.stats.tins[tin].way_collisions += 1;
+                allocate = true;
+                let j = outer + inner;
+                if self.flows[j].set == SET_BULK {
+                    self.dec_host_bulk(j);
+                }
+                j
+            }
+        };
+        self.tags[fid] = hash;
+        if allocate {
+            if self.dsrc {
+                let h = host_hash(&meta.keys, self.config.seed, false);
+                let idx = self.alloc_host(base, h, false);
+                self.flows[fid].srchost = idx as u16;
+                if self.flows[fid].set == SET_BULK {
+                    self.hosts[base + idx].src_bulk += 1;
+                }
+            }
+            if self.ddst {
+                let h = host_hash(&meta.keys, self.config.seed, true);
+                let idx = self.alloc_host(base, h, true);
+                self.flows[fid].dsthost = idx as u16;
+                if self.flows[fid].set == SET_BULK {
+                    self.hosts[base + idx].dst_bulk += 1;
+                }
+            }
+        }
+        fid
+    }
+
+    /// Finds or takes a host entry for `h` in the tin at `base`; returns its index in the
+    /// tin.
+    fn alloc_host(&mut self, base: usize, h: u32, dst: bool) -> usize {
+        let i = (h as usize) % FLOWS_PER_TIN;
+        let inner = i % SET_WAYS;
+        let outer = i - inner;
+        let get = |e: &Host| {
+            if dst {
+                (e.dst_tag, e.dst_bulk)
+            } else {
+                (e.src_tag, e.src_bulk)
+            }
+        };
+        for n in 0..SET_WAYS {
+            let j = outer + (inner + n) % SET_WAYS;
+            if get(&self.hosts[base + j]).0 == h {
+                return j;
+            }
+        }
+        let mut pick = i;
+        for n in 0..SET_WAYS {
+            let j = outer + (inner + n) % SET_WAYS;
+            if get(&self.hosts[base + j]).1 == 0 {
+                pick = j;
+                break;
+            }
+        }
+        let e = &mut self.hosts[base + pick];
+        if dst {
+            e.dst_tag = h;
+        } else {
+            e.src_tag = h;
+        }
+        pick
+    }
+
+    #[inline]
+    fn inc_host_bulk(&mut self, fid: usize) {
+        let base = fid - fid % FLOWS_PER_TIN;
+        let f = self.flows[fid];
+        if self.dsrc {
+            let h = &mut self.hosts[base + usize::from(f.srchost)];
+            h.src_bulk = h.src_bulk.saturating_add(1);
+        }
+        if self.ddst {
+            let h = &mut self.hosts[base + usize::from(f.dsthost)];
+            h.dst_bulk = h.dst_bulk.saturating_add(1);
+        }
+    }
+
+    #[inline]
+    fn dec_host_bulk(&mut self, fid: usize) {
+        let base = fid - fid % FLOWS_PER_TIN;
+        let f = self.flows[fid];
+        if self.dsrc {
+            let h = &mut self.hosts[base + usize::from(f.srchost)];
+            h.src_bulk = h.src_bulk.saturating_sub(1);
+        }
+        if self.ddst {
+            let h = &mut self.hosts[base + usize::from(f.dsthost)];
+            h.dst_bulk = h.dst_bulk.saturating_sub(1);
+        }
+    }
+
+    /// The host-scaled quantum of a flow, `flow_quantum / load`, with `dither` (a random
+    /// u16, or 0) added before the shift to avoid accumulating round-off.
+    #[inline]
+    fn flow_quantum(&self, fid: usize, dither: u32) -> i32 {
+        let tin = fid / FLOWS_PER_TIN;
+        let base = tin * FLOWS_PER_TIN;
+        let f = &self.flows[fid];
+        let mut load = 1u16;
+        if self.dsrc {
+            load = load.max(self.hosts[base + usize::from(f.srchost)].src_bulk);
+        }
+        if self.ddst {
+            load = load.max(self.hosts[base + usize::from(f.dsthost)].dst_bulk);
+        }
+        let div = u32::from(QUANTUM_DIV[usize::from(load).min(FLOWS_PER_TIN)]);
+        ((u32::from(self.tins[tin].flow_quantum) * div + dither) >> 16) as i32
+    }
+
+    // ---- intrusive lists -------------------------------------------------------------
+
+    fn list_unlink(&mut self, fid: usize) {
+        let f = self.flows[fid];
+        if f.list == NO_LIST {
+            return;
+        }
+        let tin = fid / FLOWS_PER_TIN;
+        let list = &mut self.tins[tin].lists[usize::from(f.list)];
+        if f.prev == NIL16 {
+            list.head = f.next;
+        } else {
+            self.flows[usize::from(f.prev)].next = f.next;
+        }
+        if f.next == NIL16 {
+            list.tail = f.prev;
+        } else {
+            self.flows[usize::from(f.next)].prev = f.prev;
+        }
+        let f = &mut self.flows[fid];
+        f.next = NIL16;
+        f.prev = NIL16;
+        f.list = NO_LIST;
+    }
+
+    fn list_push_tail(&mut self, fid: usize, which: u8) {
+        let tin = fid / FLOWS_PER_TIN;
+        let list = &mut self.tins[tin].lists[usize::from(which)];
+        let old_tail = list.tail;
+        if old_tail == NIL16 {
+            list.head = fid as u16;
+        } else {
+            self.flows[usize::from(old_tail)].next = fid as u16;
+        }
+        list.tail = fid as u16;
+        let f = &mut self.flows[fid];
+        f.prev = old_tail;
+        f.next = NIL16;
+        f.list = which;
+    }
+
+    #[inline]
+    fn list_move_tail(&mut self, fid: usize, which: u8) {
+        self.list_unlink(fid);
+        self.list_push_tail(fid, which);
+    }
+
+    // ---- packet slab -----------------------------------------------------------------
+
+    #[inline]
+    fn alloc_slot(&mut self) -> Option<u32> {
+        let s = self.free_head;
+        if s == NIL {
+            return None;
+        }
+        self.free_head = self.slots[s as usize].next;
+        Some(s)
+    }
+
+    /// Drops the packet in slot `s` (if any) and returns the slot to the free list.
+    #[inline]
+    fn release_slot(&mut self, s: u32) -> Option<P> {
+        let slot = &mut self.slots[s as usize];
+        let p = slot.pkt.take();
+        slot.next = self.free_head;
+        self.free_head = s;
+        p
+    }
+
+    /// Unlinks the head packet of flow `fid` and updates every backlog counter. The slot
+    /// still holds the packet.
+    #[inline]
+    fn pop_head(&mut self, fid: usize) -> Option<u32> {
+        let s = self.flows[fid].head;
+        if s == NIL {
+            return None;
+        }
+        let slot = &self.slots[s as usize];
+        let (next, len, foot) = (slot.next, slot.len, slot.footprint);
+        let f = &mut self.flows[fid];
+        f.head = next;
+        if next == NIL {
+            f.tail = NIL;
+        }
+        f.backlog -= u64::from(len);
+        self.stats.tins[fid / FLOWS_PER_TIN].backlog_bytes -= u64::from(len);
+        self.backlog -= u64::from(len);
+        self.buffer_used -= u64::from(foot);
+        self.qlen -= 1;
+        if self.overflow_timeout != 0 {
+            let flows = &self.flows;
+            self.heap.flow_shrank(fid, |f| flows[f].backlog);
+        }
+        Some(s)
+    }
+
+    /// Pops from the flow the cursors point at (sch_cake.c `cake_dequeue_one`).
+    #[inline]
+    fn dequeue_one(&mut self) -> Option<u32> {
+        self.pop_head(self.cur_tin * FLOWS_PER_TIN + self.cur_flow)
+    }
+
+    /// Charges `len` adjusted bytes to tin `t` and the global shaper
+    /// (sch_cake.c `cake_advance_shaper`). Drops (`drop`) do not advance the failsafe.
+    #[inline]
+    fn advance_shaper(&mut self, t: usize, len: u32, now: u64, drop: bool) {
+        if self.rate.is_unlimited() {
+            return;
+        }
+        let tin = &mut self.tins[t];
+        let td = tin.clock.duration(tin.rate, len);
+        if tin.clock.next_ns < now {
+            tin.clock.next_ns = tin.clock.next_ns.saturating_add(td);
+        } else if tin.clock.next_ns < now.saturating_add(td) {
+            tin.clock.next_ns = now.saturating_add(td);
+        }
+        let g = self.time_next.duration(self.rate, len);
+        self.time_next.next_ns = self.time_next.next_ns.saturating_add(g);
+        if !drop {
+            self.failsafe_next = self.failsafe_next.saturating_add(g + g / 2);
+        }
+    }
+
+    /// Drops the head of the fattest flow across all tins (sch_cake.c `cake_drop`).
+    /// Returns the dropped bytes, or `None` when the heap was stale and must be rebuilt.
+    fn drop_fattest(&mut self, now: u64) -> Option<u64> {
+        if self.overflow_timeout == 0 {
+            let flows = &self.flows;
+            self.heap.rebuild(|f| flows[f].backlog);
+        }
+        self.overflow_timeout = OVERFLOW_TIMEOUT;
+        let fid = self.heap.root();
+        let Some(s) = self.pop_head(fid) else {
+            self.overflow_timeout = 0;
+            return None;
+        };
+        let t = fid / FLOWS_PER_TIN;
+        let mut cv = self.flows[fid].cobalt();
+        if cv.queue_full(&self.tins[t].cparams, now) {
+            self.stats.tins[t].unresponsive_flows += 1;
+        }
+        self.flows[fid].set_cobalt(cv);
+        let (len, adj) = {
+            let slot = &self.slots[s as usize];
+            (slot.len, slot.adj_len)
+        };
+        self.stats.tins[t].dropped_packets += 1;
+        self.stats.count_drop(DropReason::Overflow, u64::from(len));
+        if self.ingress {
+            self.advance_shaper(t, adj, now, true);
+        }
+        self.release_slot(s);
+        Some(u64::from(len))
+    }
+
+    fn update_autorate(&mut self, now: u64) {
+        let a = &mut self.autorate;
+        let interval = now.saturating_sub(a.last_packet_time).min(1_000_000_000);
+        let shift = if interval > a.avg_packet_interval {
+            2
+        } else {
+            8
+        };
+        a.avg_packet_interval = ewma(a.avg_packet_interval, interval, shift);
+        a.last_packet_time = now;
+        if interval <= a.avg_packet_interval {
+            return;
+        }
+        let window = now.saturating_sub(a.avg_window_begin);
+        if window > 0 {
+            let b = (u128::from(a.avg_window_bytes) * 1_000_000_000 / u128::from(window))
+                .min(u128::from(u64::MAX)) as u64;
+            let shift = if b > a.avg_peak_bandwidth { 2 } else { 8 };
+            a.avg_peak_bandwidth = ewma(a.avg_peak_bandwidth, b, shift);
+        }
+        a.avg_window_bytes = 0;
+        a.avg_window_begin = now;
+        self.stats.capacity_estimate = a.avg_peak_bandwidth;
+        // Linux never updates last_reconfig_time, so after the first 250 ms every burst end
+        // reconfigures; we keep that.
+        if now > a.last_reconfig_time.saturating_add(AUTORATE_HOLDOFF_NS) {
+            let rate = ((u128::from(a.avg_peak_bandwidth) * 15) >> 4) as u64;
+            let rate = if rate == 0 {
+                0
+            } else {
+                rate.max(MIN_RATE_BYTES_PER_SEC)
+            };
+            self.configure_rates(rate, false);
+        }
+    }
+
+    fn enqueue_inner(&mut self, now: u64, pkt: P, meta: &PacketMeta) -> Enqueued {
+        let now = self.clamp_now(now);
+        let len = clamp_u32(pkt.len());
+        let footprint = clamp_u32(pkt.footprint());
+        let t = self.select_tin(meta);
+        let fid = self.lookup(t, meta);
+
+        // Ensure the shaper state is not stale after an idle period.
+        if self.stats.tins[t].backlog_bytes == 0 {
+            let tin = &mut self.tins[t];
+            if tin.clock.next_ns < now {
+                tin.clock.set(now);
+            }
+            if self.qlen == 0 {
+                if self.time_next.next_ns < now {
+                    self.time_next.set(now);
+                    self.failsafe_next = now;
+                } else if self.time_next.next_ns > now && self.failsafe_next > now {
+                    self.stats.overlimits += 1;
+                }
+            }
+        }
+        let st = &mut self.stats.tins[t];
+        st.max_skblen = st.max_skblen.max(len);
+        let l2 = u32::from(meta.l2_len);
+        let (adj, netlen) = self.overhead.adjust_gso(len, l2, meta.gso_segs);
+        self.stats.track_lengths(netlen, adj, l2);
+
+        let Some(s) = self.alloc_slot() else {
+            // Unreachable while qlen <= packet_limit < slots; never panic on it.
+            self.stats.count_drop(DropReason::Overflow, u64::from(len));
+            self.stats.tins[t].dropped_packets += 1;
+            return Enqueued {
+                dropped_packets: 1,
+                dropped_bytes: u64::from(len),
+                reason: Some(DropReason::Overflow),
+            };
+        };
+        let ack_info = if self.ack_mode != AckFilterMode::Off {
+            pkt.tcp_ack_info()
+        } else {
+            None
+        };
+        {
+            let slot = &mut self.slots[s as usize];
+            slot.pkt = Some(pkt);
+            slot.next = NIL;
+            slot.len = len;
+            slot.adj_len = adj;
+            slot.footprint = footprint;
+            slot.enqueue_ns = now;
+        }
+        let f = &mut self.flows[fid];
+        if f.tail == NIL {
+            f.head = s;
+        } else {
+            self.slots[f.tail as usize].next = s;
+        }
+        f.tail = s;
+        f.backlog += u64::from(len);
+        self.qlen += 1;
+        self.buffer_used += u64::from(footprint);
+        self.backlog += u64::from(len);
+        self.stats.tins[t].backlog_bytes += u64::from(len);
+        self.autorate.avg_window_bytes = self
+            .autorate
+            .avg_window_bytes
+            .saturating_add(u64::from(len));
+
+        let mut result = Enqueued::default();
+        if self.ack_mode != AckFilterMode::Off {
+            if let Some(e) = self.ack.get_mut(s as usize) {
+                *e = AckEntry {
+                    keys: meta.keys,
+                    info: ack_info,
+                };
+            }
+            if let Some(victim) = self.ack_filter(fid, s) {
+                let (vlen, vadj) = {
+                    let v = &self.slots[victim as usize];
+                    (v.len, v.adj_len)
+                };
+                self.release_slot(victim);
+                let st = &mut self.stats.tins[t];
+                st.acks_dropped_packets += 1;
+                st.dropped_packets += 1;
+                self.stats
+                    .count_drop(DropReason::AckFilter, u64::from(vlen));
+                if self.ingress {
+                    self.advance_shaper(t, vadj, now, true);
+                }
+                result.dropped_packets += 1;
+                result.dropped_bytes += u64::from(vlen);
+                result.reason = Some(DropReason::AckFilter);
+            }
+        }
+
+        if self.overflow_timeout != 0 {
+            let flows = &self.flows;
+            self.heap.flow_grew(fid, |f| flows[f].backlog);
+        }
+        if self.config.autorate_ingress {
+            self.update_autorate(now);
+        } else {
+            self.autorate.avg_window_bytes = 0;
+            self.autorate.last_packet_time = now;
+        }
+
+        // Flow chain state machine.
+        let set = self.flows[fid].set;
+        if set == SET_NONE || set == SET_DECAYING {
+            let st = &mut self.stats.tins[t];
+            if set == SET_DECAYING {
+                st.decaying_flows -= 1;
+            }
+            st.sparse_flows += 1;
+            self.list_move_tail(fid, NEW);
+            self.flows[fid].set = SET_SPARSE;
+            self.flows[fid].deficit = self.flow_quantum(fid, 0);
+        } else if set == SET_SPARSE_WAIT {
+            self.flows[fid].set = SET_BULK;
+            let st = &mut self.stats.tins[t];
+            st.sparse_flows -= 1;
+            st.bulk_flows += 1;
+            self.inc_host_bulk(fid);
+        }
+
+        self.stats.memory_current = self.buffer_used;
+        if self.buffer_used > self.stats.memory_used {
+            self.stats.memory_used = self.buffer_used;
+        }
+        let limit = self.config.packet_limit;
+        let mut stale = 0;
+        while self.buffer_used > self.buffer_limit || self.qlen > limit {
+            match self.drop_fattest(now) {
+                Some(bytes) => {
+                    result.dropped_packets += 1;
+                    result.dropped_bytes += bytes;
+                    result.reason = Some(DropReason::Overflow);
+                }
+                None => {
+                    stale += 1;
+                    if stale > 1 || self.qlen == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        result
+    }
+
+    /// Runs the ACK filter for the packet just appended in slot `trigger` of flow `fid`;
+    /// unlinks and returns the victim's slot.
+    fn ack_filter(&mut self, fid: usize, trigger: u32) -> Option<u32> {
+        let head = self.flows[fid].head;
+        if head == trigger {
+            return None;
+        }
+        let slots = &self.slots;
+        let ack = &self.ack;
+        let order = std::iter::successors(Some(head), |&s| {
+            let n = slots[s as usize].next;
+            (n != NIL).then_some(n)
+        });
+        let victim = ack_filter::find_redundant(
+            order,
+            |s| ack.get(s as usize).copied().unwrap_or_default(),
+            trigger,
+            self.ack_mode == AckFilterMode::Aggressive,
+        )?;
+        // Unlink the victim (it is never the tail: the trigger is).
+        let vnext = self.slots[victim as usize].next;
+        if head == victim {
+            self.flows[fid].head = vnext;
+        } else {
+            let mut s = head;
+            while self.slots[s as usize].next != victim {
+                s = self.slots[s as usize].next;
+                if s == NIL {
+                    return None;
+                }
+            }
+            self.slots[s as usize].next = vnext;
+        }
+        let v = &self.slots[victim as usize];
+        let (len, foot) = (u64::from(v.len), u64::from(v.footprint));
+        self.flows[fid].backlog -= len;
+        self.stats.tins[fid / FLOWS_PER_TIN].backlog_bytes -= len;
+        self.backlog -= len;
+        self.buffer_used -= foot;
+        self.qlen -= 1;
+        Some(victim)
+    }
+
+    fn dequeue_inner(&mut self, now: u64) -> Dequeue<P> {
+        let now = self.clamp_now(now);
+        let mut first_flow = true;
+        // Every pass either delivers, drops a packet, or retires a flow; bound the loop
+        // anyway so corrupted state can never hang the caller.
+        let mut budget = 4 * ALL_FLOWS as u32 + self.qlen.saturating_mul(2) + 64;
+        'begin: loop {
+            if self.qlen == 0 {
+                return Dequeue::Empty;
+            }
+            if !self.rate.is_unlimited() && self.time_next.next_ns > now && self.failsafe_next > now
+            {
+                self.stats.overlimits += 1;
+                return Dequeue::NotBefore(self.time_next.next_ns.min(self.failsafe_next));
+            }
+            // Choose a tin.
+            if self.rate.is_unlimited() {
+                let mut wrapped = false;
+                let mut empty = true;
+                loop {
+                    let t = self.cur_tin;
+                    let st = &self.stats.tins[t];
+                    let active = st.sparse_flows + st.bulk_flows > 0;
+                    let tin = &mut self.tins[t];
+                    if tin.tin_deficit >= 0 && active {
+                        break;
+                    }
+                    if tin.tin_deficit <= 0 {
+                        tin.tin_deficit += i32::from(tin.tin_quantum);
+                    }
+                    if active {
+                        empty = false;
+                    }
+                    self.cur_tin += 1;
+                    if self.cur_tin >= self.tin_cnt {
+                        self.cur_tin = 0;
+                        if wrapped {
+                            if empty {
+                                return Dequeue::Empty;
+                            }
+                        } else {
+                            wrapped = true;
+                        }
+                    }
+                }
+            } else {
+                let mut best_time = i64::MAX;
+                let mut best = 0;
+                let mut any = false;
+                for t in 0..self.tin_cnt {
+                    let st = &self.stats.tins[t];
+                    if st.sparse_flows + st.bulk_flows > 0 {
+                        let d = self.tins[t].clock.next_ns as i64 - now as i64;
+                        if d <= 0 || d <= best_time {
+                            best_time = d;
+                            best = t;
+                            any = true;
+                        }
+                    }
+                }
+                self.cur_tin = best;
+                if !any {
+                    return Dequeue::Empty;
+                }
+            }
+            let t = self.cur_tin;
+            // Serve this tin.
+            loop {
+                budget = budget.saturating_sub(1);
+                if budget == 0 {
+                    return Dequeue::Empty;
+                }
+                let lists = self.tins[t].lists;
+                let which = if first_flow && lists[usize::from(DECAY)].head != NIL16 {
+                    DECAY
+                } else if lists[usize::from(NEW)].head != NIL16 {
+                    NEW
+                } else if lists[usize::from(OLD)].head != NIL16 {
+                    OLD
+                } else if lists[usize::from(DECAY)].head != NIL16 {
+                    DECAY
+                } else {
+                    continue 'begin;
+                };
+                let fid = usize::from(lists[usize::from(which)].head);
+                self.cur_flow = fid % FLOWS_PER_TIN;
+                first_flow = false;
+
+                if self.flows[fid].deficit <= 0 {
+                    // Keep flows with deficits out of the sparse rotation.
+                    if self.flows[fid].set == SET_SPARSE {
+                        if self.flows[fid].head != NIL {
+                            let st = &mut self.stats.tins[t];
+                            st.sparse_flows -= 1;
+                            st.bulk_flows += 1;
+                            self.flows[fid].set = SET_BULK;
+                            self.inc_host_bulk(fid);
+                        } else {
+                            self.flows[fid].set = SET_SPARSE_WAIT;
+                        }
+                    }
+                    let dither = (self.next_rand() >> 48) as u32;
+                    let q = self.flow_quantum(fid, dither);
+                    let f = &mut self.flows[fid];
+                    f.deficit = f.deficit.saturating_add(q);
+                    self.list_move_tail(fid, OLD);
+                    continue;
+                }
+
+                // Retrieve a packet via the AQM.
+                loop {
+                    let Some(s) = self.dequeue_one() else {
+                        self.flow_went_empty(t, fid, now);
+                        continue 'begin;
+                    };
+                    let (enq, adj, len) = {
+                        let slot = &self.slots[s as usize];
+                        (slot.enqueue_ns, slot.adj_len, slot.len)
+                    };
+                    let sojourn = now.saturating_sub(enq);
+                    let bulk = if self.ingress {
+                        self.stats.tins[t].bulk_flows
+                    } else {
+                        0
+                    };
+                    let rand = (self.next_rand() >> 32) as u32;
+                    let mut cv = self.flows[fid].cobalt();
+                    let params = self.tins[t].cparams;
+                    let slot = &mut self.slots[s as usize];
+                    let verdict = cv.should_drop(&params, now, sojourn, bulk, rand, || {
+                        slot.pkt.as_mut().is_some_and(|p| p.set_ce())
+                    });
+                    self.flows[fid].set_cobalt(cv);
+                    // Never drop the last packet of a flow.
+                    if verdict != Verdict::Drop || self.flows[fid].head == NIL {
+                        return self.deliver(t, fid, s, now, sojourn, verdict == Verdict::Marked);
+                    }
+                    if self.ingress {
+                        self.advance_shaper(t, adj, now, true);
+                        let f = &mut self.flows[fid];
+                        f.deficit = f.deficit.saturating_sub(adj.min(i32::MAX as u32) as i32);
+                        let tin = &mut self.tins[t];
+                        tin.tin_deficit = tin
+                            .tin_deficit
+                            .saturating_sub(adj.min(i32::MAX as u32) as i32);
+                    }
+                    self.stats.tins[t].dropped_packets += 1;
+                    self.stats.count_drop(DropReason::Aqm, u64::from(len));
+                    self.release_slot(s);
+                    if self.ingress {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A flow was found empty at dequeue: decay it or retire it.
+    fn flow_went_empty(&mut self, t: usize, fid: usize, now: u64) {
+        let mut cv = self.flows[fid].cobalt();
+        if cv.queue_empty(&self.tins[t].cparams, now) {
+            let st = &mut self.stats.tins[t];
+            st.unresponsive_flows = st.unresponsive_flows.saturating_sub(1);
+        }
+        self.flows[fid].set_cobalt(cv);
+        let set = self.flows[fid].set;
+        if cv.is_decaying(now) {
+            self.list_move_tail(fid, DECAY);
+            if set == SET_BULK {
+                self.stats.tins[t].bulk_flows -= 1;
+                self.dec_host_bulk(fid);
+                self.stats.tins[t].decaying_flows += 1;
+            } else if set == SET_SPARSE || set == SET_SPARSE_WAIT {
+                self.stats.tins[t].sparse_flows -= 1;
+                self.stats.tins[t].decaying_flows += 1;
+            }
+            self.flows[fid].set = SET_DECAYING;
+        } else {
+            self.list_unlink(fid);
+            let st = &mut self.stats.tins[t];
+            if set == SET_SPARSE || set == SET_SPARSE_WAIT {
+                st.sparse_flows -= 1;
+            } else if set == SET_BULK {
+                st.bulk_flows -= 1;
+                self.dec_host_bulk(fid);
+            } else {
+                st.decaying_flows = st.decaying_flows.saturating_sub(1);
+            }
+            self.flows[fid].set = SET_NONE;
+        }
+    }
+
+    #[inline]
+    fn deliver(
+        &mut self,
+        t: usize,
+        fid: usize,
+        s: u32,
+        now: u64,
+        delay: u64,
+        marked: bool,
+    ) -> Dequeue<P> {
+        let (adj, len) = {
+            let slot = &self.slots[s as usize];
+            (slot.adj_len, slot.len)
+        };
+        let st = &mut self.stats.tins[t];
+        st.ecn_marked_packets += u64::from(marked);
+        st.avg_delay_ns = ewma(st.avg_delay_ns, delay, 8);
+        st.peak_delay_ns = ewma(
+            st.peak_delay_ns,
+            delay,
+            if delay > st.peak_delay_ns { 2 } else { 8 },
+        );
+        st.base_delay_ns = ewma(
+            st.base_delay_ns,
+            delay,
+            if delay < st.base_delay_ns { 2 } else { 8 },
+        );
+        st.sent_packets += 1;
+        st.sent_bytes += u64::from(len);
+        self.sample_ctr += 1;
+        if self.sample_ctr >= DELAY_SAMPLE_EVERY {
+            self.sample_ctr = 0;
+            st.delay_histogram.saturating_record((delay / 1000).max(1));
+        }
+        self.advance_shaper(t, adj, now, false);
+        let a = adj.min(i32::MAX as u32) as i32;
+        let f = &mut self.flows[fid];
+        f.deficit = f.deficit.saturating_sub(a);
+        let tin = &mut self.tins[t];
+        tin.tin_deficit = tin.tin_deficit.saturating_sub(a);
+        self.overflow_timeout = self.overflow_timeout.saturating_sub(1);
+        self.stats.memory_current = self.buffer_used;
+        match self.release_slot(s) {
+            Some(p) => Dequeue::Packet(p),
+            None => Dequeue::Empty,
+        }
+    }
+
+    /// Checks the internal invariants (counters against lists and queues). Costs a walk
+    /// of every flow and packet; meant for tests and fuzzing.
+    ///
+    /// # Errors
+    /// A description of the first broken invariant.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut qlen = 0u64;
+        let mut backlog = 0u64;
+        let mut used = 0u64;
+        for t in 0..MAX_TINS {
+            let (mut sparse, mut bulk, mut decaying) = (0u32, 0u32, 0u32);
+            let mut tin_backlog = 0u64;
+            for fid in t * FLOWS_PER_TIN..(t + 1) * FLOWS_PER_TIN {
+                let f = &self.flows[fid];
+                let mut s = f.head;
+                let mut fb = 0u64;
+                let mut last = NIL;
+                while s != NIL {
+                    let slot = &self.slots[s as usize];
+                    if slot.pkt.is_none() {
+                        return Err(format!("flow {fid} links an empty slot {s}"));
+                    }
+                    fb += u64::from(slot.len);
+                    used += u64::from(slot.footprint);
+                    qlen += 1;
+                    last = s;
+                    s = slot.next;
+                    if qlen > self.slots.len() as u64 {
+                        return Err("packet list cycle".into());
+                    }
+                }
+                if last != f.tail {
+                    return Err(format!("flow {fid} tail {} != last {last}", f.tail));
+                }
+                if fb != f.backlog {
+                    return Err(format!("flow {fid} backlog {} != {fb}", f.backlog));
+                }
+                tin_backlog += fb;
+                match f.set {
+                    SET_SPARSE | SET_SPARSE_WAIT => sparse += 1,
+                    SET_BULK => bulk += 1,
+                    SET_DECAYING => decaying += 1,
+                    _ => {
+                        if f.head != NIL {
+                            return Err(format!("flow {fid} has packets but no set"));
+                        }
+                        if f.list != NO_LIST {
+                            return Err(format!("flow {fid} is listed with no set"));
+                        }
+                    }
+                }
+                if f.set != SET_NONE && f.list == NO_LIST {
+                    return Err(format!("active flow {fid} is on no list"));
+                }
+            }
+            let st = &self.stats.tins[t];
+            if (sparse, bulk, decaying) != (st.sparse_flows, st.bulk_flows, st.decaying_flows) {
+                return Err(format!(
+                    "tin {t} counts {:?} != {:?}",
+                    (st.sparse_flows, st.bulk_flows, st.decaying_flows),
+                    (sparse, bulk, decaying)
+                ));
+            }
+            if tin_backlog != st.backlog_bytes {
+                return Err(format!(
+                    "tin {t} backlog {} != {tin_backlog}",
+                    st.backlog_bytes
+                ));
+            }
+            backlog += tin_backlog;
+            let mut listed = 0;
+            for (w, l) in self.tins[t].lists.iter().enumerate() {
+                let mut fid = l.head;
+                let mut prev = NIL16;
+                while fid != NIL16 {
+                    let f = &self.flows[usize::from(fid)];
+                    if usize::from(f.list) != w || f.prev != prev {
+                        return Err(format!("list {w} of tin {t} broken at flow {fid}"));
+                    }
+                    listed += 1;
+                    if listed > FLOWS_PER_TIN {
+                        return Err("flow list cycle".into());
+                    }
+                    prev = fid;
+                    fid = f.next;
+                }
+                if prev != l.tail {
+                    return Err(format!("list {w} of tin {t} tail mismatch"));
+                }
+            }
+            if listed != (sparse + bulk + decaying) as usize {
+                return Err(format!("tin {t}: {listed} listed flows vs counts"));
+            }
+        }
+        if qlen != u64::from(self.qlen) {
+            return Err(format!("qlen {} != {qlen}", self.qlen));
+        }
+        if backlog != self.backlog {
+            return Err(format!("backlog {} != {backlog}", self.backlog));
+        }
+        if used != self.buffer_used {
+            return Err(format!("buffer_used {} != {used}", self.buffer_used));
+        }
+        if self.dsrc || self.ddst {
+            for t in 0..MAX_TINS {
+                let base = t * FLOWS_PER_TIN;
+                let mut src = vec![0u32; FLOWS_PER_TIN];
+                let mut dst = vec![0u32; FLOWS_PER_TIN];
+                for fid in base..base + FLOWS_PER_TIN {
+                    if self.flows[fid].set == SET_BULK {
+                        src[usize::from(self.flows[fid].srchost)] += 1;
+                        dst[usize::from(self.flows[fid].dsthost)] += 1;
+                    }
+                }
+                for h in 0..FLOWS_PER_TIN {
+                    let e = &self.hosts[base + h];
+                    if self.dsrc && u32::from(e.src_bulk) != src[h] {
+                        return Err(format!(
+                            "tin {t} src host {h} bulk {} != {}",
+                            e.src_bulk, src[h]
+                        ));
+                    }
+                    if self.ddst && u32::from(e.dst_bulk) != dst[h] {
+                        return Err(format!(
+                            "tin {t} dst host {h} bulk {} != {}",
+                            e.dst_bulk, dst[h]
+                        ));
+                    }
+                }
+            }
+        }
+        if self.overflow_timeout != 0 {
+            self.heap.check(|f| self.flows[f].backlog)?;
+        }
+        Ok(())
+    }
+}
+
+impl<P: Packet> Qdisc<P> for Cake<P> {
+    fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Enqueued {
+        self.enqueue_inner(now_ns, pkt, meta)
+    }
+
+    fn dequeue(&mut self, now_ns: u64) -> Dequeue<P> {
+        self.dequeue_inner(now_ns)
+    }
+
+    fn len(&self) -> usize {
+        self.qlen as usize
+    }
+
+    fn backlog_bytes(&self) -> u64 {
+        self.backlog
+    }
+
+    fn try_bypass(&mut self, now_ns: u64, pkt: &P, meta: &PacketMeta) -> bool {
+        if self.qlen != 0 {
+            return false;
+        }
+        let now = now_ns.max(self.last_now);
+        if !self.rate.is_unlimited() && now < self.time_next.next_ns {
+            return false;
+        }
+        let now = self.clamp_now(now_ns);
+        let t = self.select_tin(meta);
+        let len = clamp_u32(pkt.len());
+        let l2 = u32::from(meta.l2_len);
+        let (adj, netlen) = self.overhead.adjust_gso(len, l2, meta.gso_segs);
+        self.stats.track_lengths(netlen, adj, l2);
+        let tin = &mut self.tins[t];
+        if tin.clock.next_ns < now {
+            tin.clock.set(now);
+        }
+        if self.time_next.next_ns < now {
+            self.time_next.set(now);
+            self.failsafe_next = now;
+        }
+        self.advance_shaper(t, adj, now, false);
+        let st = &mut self.stats.tins[t];
+        st.sent_packets += 1;
+        st.sent_bytes += u64::from(len);
+        st.max_skblen = st.max_skblen.max(len);
+        self.stats.bypassed_packets += 1;
+        true
+    }
+
+    fn set_rate(&mut self, rate: Rate) {
+        let bps = rate.bytes_per_sec();
+        let bps = if bps == 0 {
+            0
+        } else {
+            bps.max(MIN_RATE_BYTES_PER_SEC)
+        };
+        self.configure_rates(bps, true);
+    }
+
+    fn rate(&self) -> Rate {
+        self.config.rate
+    }
+
+    fn next_wakeup(&self) -> Option<u64> {
+        if self.qlen == 0 || self.rate.is_unlimited() {
+            return None;
+        }
+        Some(self.time_next.next_ns.min(self.failsafe_next))
+    }
+}
+
+#[cfg(test)]
+mod tests;

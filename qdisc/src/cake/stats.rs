@@ -1,0 +1,287 @@
+//! CAKE's statistics, named after the kernel's `TCA_CAKE_STATS_*` and
+//! `TCA_CAKE_TIN_STATS_*` attributes so cakewalk's output lines up with `tc -s qdisc`.
+//!
+//! The hot path writes these fields directly; reading them is free. Delays are kept in
+//! nanoseconds (the EWMAs would lose everything below 256 µs in whole microseconds) and
+//! offered in microseconds through accessors. Each tin also keeps an `hdrhistogram` of
+//! sojourn times in µs, fed with one packet in [`DELAY_SAMPLE_EVERY`] to keep the cost per
+//! packet under a nanosecond.
+
+use hdrhistogram::Histogram;
+
+use crate::DropReason;
+
+/// One delivered packet in this many is recorded in the per-tin delay histogram.
+pub const DELAY_SAMPLE_EVERY: u32 = 16;
+
+/// Highest delay the histograms track (µs); longer sojourns are clamped to it.
+pub const DELAY_HISTOGRAM_MAX_US: u64 = 60_000_000;
+
+/// Statistics of one tin (`TCA_CAKE_TIN_STATS_*`).
+#[derive(Debug, Clone)]
+pub struct TinStats {
+    /// The tin's threshold rate in bytes/s (0 = unlimited).
+    pub threshold_rate: u64,
+    /// Packets delivered (dequeued or bypassed). Linux counts these at enqueue; cakewalk
+    /// counts what actually left, so `sent` matches the port's TX counters.
+    pub sent_packets: u64,
+    /// Bytes (frame length) delivered.
+    pub sent_bytes: u64,
+    /// Bytes queued in this tin now.
+    pub backlog_bytes: u64,
+    /// COBALT target (µs).
+    pub target_us: u64,
+    /// COBALT interval (µs).
+    pub interval_us: u64,
+    /// Packets dropped from this tin, all reasons.
+    pub dropped_packets: u64,
+    /// Packets CE-marked by COBALT.
+    pub ecn_marked_packets: u64,
+    /// Packets dropped by the ACK filter.
+    pub acks_dropped_packets: u64,
+    /// Peak-tracking delay EWMA (ns).
+    pub peak_delay_ns: u64,
+    /// Average delay EWMA (ns).
+    pub avg_delay_ns: u64,
+    /// Base (minimum-tracking) delay EWMA (ns).
+    pub base_delay_ns: u64,
+    /// Set-associative lookups that found their tag in another way than the first.
+    pub way_indirect_hits: u64,
+    /// Lookups that took an empty way.
+    pub way_misses: u64,
+    /// Lookups that found all 8 ways busy with other flows and evicted one.
+    pub way_collisions: u64,
+    /// Lookups that hit the tag in the first way (not exported by Linux).
+    pub way_directs: u64,
+    /// Flows in the sparse rotation (`tc` shows this plus `decaying_flows` as sp_flows).
+    pub sparse_flows: u32,
+    /// Flows in the bulk rotation.
+    pub bulk_flows: u32,
+    /// Empty flows still decaying their COBALT state.
+    pub decaying_flows: u32,
+    /// Flows with BLUE active.
+    pub unresponsive_flows: u32,
+    /// Largest frame seen (bytes).
+    pub max_skblen: u32,
+    /// The per-flow DRR quantum (bytes).
+    pub flow_quantum: u32,
+    /// Sojourn times in µs, one delivered packet in [`DELAY_SAMPLE_EVERY`].
+    pub delay_histogram: Histogram<u64>,
+}
+
+impl TinStats {
+    pub(crate) fn new() -> TinStats {
+        TinStats {
+            threshold_rate: 0,
+            sent_packets: 0,
+            sent_bytes: 0,
+            backlog_bytes: 0,
+            target_us: 0,
+            interval_us: 0,
+            dropped_packets: 0,
+            ecn_marked_packets: 0,
+            acks_dropped_packets: 0,
+            peak_delay_ns: 0,
+            avg_delay_ns: 0,
+            base_delay_ns: 0,
+            way_indirect_hits: 0,
+            way_misses: 0,
+            way_collisions: 0,
+            way_directs: 0,
+            sparse_flows: 0,
+            bulk_flows: 0,
+            decaying_flows: 0,
+            unresponsive_flows: 0,
+            max_skblen: 0,
+            flow_quantum: 0,
+            delay_histogram: Histogram::new_with_bounds(1, DELAY_HISTOGRAM_MAX_US, 2)
+                .expect("static histogram bounds are valid"),
+        }
+    }
+
+    /// `TCA_CAKE_TIN_STATS_PEAK_DELAY_US`.
+    pub fn peak_delay_us(&self) -> u64 {
+        self.peak_delay_ns / 1000
+    }
+
+    /// `TCA_CAKE_TIN_STATS_AVG_DELAY_US`.
+    pub fn avg_delay_us(&self) -> u64 {
+        self.avg_delay_ns / 1000
+    }
+
+    /// `TCA_CAKE_TIN_STATS_BASE_DELAY_US`.
+    pub fn base_delay_us(&self) -> u64 {
+        self.base_delay_ns / 1000
+    }
+
+    /// What `tc` reports as SPARSE_FLOWS: sparse plus decaying.
+    pub fn sparse_flows_reported(&self) -> u32 {
+        self.sparse_flows + self.decaying_flows
+    }
+}
+
+/// Statistics of one CAKE instance (`TCA_CAKE_STATS_*`) and its tins.
+#[derive(Debug, Clone)]
+pub struct CakeStats {
+    /// Autorate's capacity estimate (bytes/s); the configured rate without autorate.
+    pub capacity_estimate: u64,
+    /// The memory limit in force (bytes of `Packet::footprint`).
+    pub memory_limit: u64,
+    /// The **peak** memory used (as Linux reports it).
+    pub memory_used: u64,
+    /// Memory used now.
+    pub memory_current: u64,
+    /// EWMA of the L2 header length (bytes).
+    pub avg_netoff: u32,
+    /// Smallest network length seen (frame minus L2 header when compensating).
+    pub min_netlen: u32,
+    /// Largest network length seen.
+    pub max_netlen: u32,
+    /// Smallest adjusted length charged.
+    pub min_adjlen: u32,
+    /// Largest adjusted length charged.
+    pub max_adjlen: u32,
+    /// Dequeues refused because the shaper had no credit.
+    pub overlimits: u64,
+    /// Calls whose `now` was older than one seen before (clamped to it).
+    pub clock_clamps: u64,
+    /// Packets sent through [`crate::Qdisc::try_bypass`].
+    pub bypassed_packets: u64,
+    /// Packets discarded by a reconfigure that reduced the tin count (also counted as
+    /// `Overflow` drops).
+    pub purged_packets: u64,
+    /// Drops by reason (packets), indexed like [`DropReason::ALL`].
+    pub drops: [u64; 6],
+    /// Drops by reason (bytes), indexed like [`DropReason::ALL`].
+    pub drop_bytes: [u64; 6],
+    /// Per-tin statistics, indexed by tin (always 8; see [`CakeStats::active_tins`]).
+    pub tins: Vec<TinStats>,
+    /// How many tins the current diffserv mode uses.
+    pub tin_count: usize,
+    pub(crate) avg_netoff_fp: u32,
+}
+
+pub(crate) const fn reason_index(r: DropReason) -> usize {
+    match r {
+        DropReason::Aqm => 0,
+        DropReason::Overflow => 1,
+        DropReason::AckFilter => 2,
+        DropReason::IntakeFull => 3,
+        DropReason::TxFull => 4,
+        DropReason::Malformed => 5,
+    }
+}
+
+impl CakeStats {
+    pub(crate) fn new() -> CakeStats {
+        CakeStats {
+            capacity_estimate: 0,
+            memory_limit: 0,
+            memory_used: 0,
+            memory_current: 0,
+            avg_netoff: 0,
+            min_netlen: u32::MAX,
+            max_netlen: 0,
+            min_adjlen: u32::MAX,
+            max_adjlen: 0,
+            overlimits: 0,
+            clock_clamps: 0,
+            bypassed_packets: 0,
+            purged_packets: 0,
+            drops: [0; 6],
+            drop_bytes: [0; 6],
+            tins: (0..super::diffserv::MAX_TINS)
+                .map(|_| TinStats::new())
+                .collect(),
+            tin_count: 1,
+            avg_netoff_fp: 0,
+        }
+    }
+
+    /// The tins the current mode uses, indexed by tin.
+    pub fn active_tins(&self) -> &[TinStats] {
+        &self.tins[..self.tin_count]
+    }
+
+    /// Packets dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason_index(reason)]
+    }
+
+    /// Bytes dropped for `reason`.
+    pub fn dropped_bytes(&self, reason: DropReason) -> u64 {
+        self.drop_bytes[reason_index(reason)]
+    }
+
+    /// Packets dropped for any reason (including purges).
+    pub fn dropped_total(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Bytes dropped for any reason.
+    pub fn dropped_bytes_total(&self) -> u64 {
+        self.drop_bytes.iter().sum()
+    }
+
+    #[inline]
+    pub(crate) fn count_drop(&mut self, reason: DropReason, bytes: u64) {
+        let i = reason_index(reason);
+        self.drops[i] += 1;
+        self.drop_bytes[i] += bytes;
+    }
+
+    #[inline]
+    pub(crate) fn track_lengths(&mut self, netlen: u32, adjlen: u32, l2_len: u32) {
+        self.min_netlen = self.min_netlen.min(netlen);
+        self.max_netlen = self.max_netlen.max(netlen);
+        self.min_adjlen = self.min_adjlen.min(adjlen);
+        self.max_adjlen = self.max_adjlen.max(adjlen);
+        // EWMA with shift 8 in 16.16 fixed point, as the kernel keeps avg_netoff.
+        self.avg_netoff_fp = ewma(
+            u64::from(self.avg_netoff_fp),
+            u64::from(l2_len.min(0xffff)) << 16,
+            8,
+        ) as u32;
+        self.avg_netoff = self.avg_netoff_fp >> 16;
+    }
+}
+
+/// The kernel's `cake_ewma`: `avg -= avg >> shift; avg += sample >> shift`.
+#[inline]
+pub(crate) fn ewma(avg: u64, sample: u64, shift: u32) -> u64 {
+    avg - (avg >> shift) + (sample >> shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ewma_converges_to_a_steady_sample() {
+        let mut a = 0;
+        for _ in 0..4000 {
+            a = ewma(a, 1_000_000, 8);
+        }
+        assert!((999_000..=1_000_000).contains(&a), "{a}");
+    }
+
+    #[test]
+    fn avg_netoff_tracks_the_l2_header() {
+        let mut s = CakeStats::new();
+        for _ in 0..4000 {
+            s.track_lengths(1500, 1538, 14);
+        }
+        assert_eq!((s.avg_netoff, s.min_netlen, s.max_adjlen), (14, 1500, 1538));
+    }
+
+    #[test]
+    fn drops_are_counted_by_reason() {
+        let mut s = CakeStats::new();
+        s.count_drop(DropReason::Aqm, 100);
+        s.count_drop(DropReason::Overflow, 50);
+        s.count_drop(DropReason::Overflow, 50);
+        assert_eq!(s.dropped(DropReason::Overflow), 2);
+        assert_eq!(s.dropped_bytes(DropReason::Aqm), 100);
+        assert_eq!((s.dropped_total(), s.dropped_bytes_total()), (3, 200));
+    }
+}

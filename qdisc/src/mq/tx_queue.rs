@@ -465,9 +465,18 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         } else {
             0
         };
-        let saturated = share_before != 0
-            && (u128::from(measured) * 100 >= u128::from(share_before) * u128::from(saturation));
-        let demand = if saturated || measured == 0 && r.qdisc.backlog_bytes() > 0 {
+        // Saturated: it used (nearly) all of its share, or it used at least half of it and the
+        // shaper still held packets at the end of the last run. The second test keeps a
+        // queue whose share is only a few packets per window from flickering to "thin" on
+        // quantisation noise; the half keeps a thin queue's momentary burst from counting.
+        let used_percent = if share_before == 0 {
+            0
+        } else {
+            u128::from(measured) * 100 / u128::from(share_before)
+        };
+        let held_back = r.sync.published_backlog > 0;
+        let saturated = used_percent >= u128::from(saturation) || held_back && used_percent >= 50;
+        let demand = if saturated || measured == 0 && held_back {
             None
         } else {
             Some(measured)

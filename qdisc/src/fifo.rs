@@ -181,8 +181,13 @@ impl<P: Packet + Send> MqQdisc<P> for Fifo<P> {
         Ok(Fifo::new(config.limit_packets))
     }
 
-    fn reconfigure(&mut self, config: &FifoConfig) {
+    fn validate(_config: &FifoConfig) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn reconfigure(&mut self, config: &FifoConfig) -> Result<(), Self::Error> {
         self.set_limit(config.limit_packets);
+        Ok(())
     }
 
     fn config_rate(_config: &FifoConfig) -> Rate {

@@ -104,8 +104,13 @@ impl MqQdisc<Pkt> for VirtualShaper {
         })
     }
 
-    fn reconfigure(&mut self, rate: &Rate) {
+    fn validate(_rate: &Rate) -> Result<(), Infallible> {
+        Ok(())
+    }
+
+    fn reconfigure(&mut self, rate: &Rate) -> Result<(), Infallible> {
         self.set_rate(*rate);
+        Ok(())
     }
 
     fn config_rate(rate: &Rate) -> Rate {

@@ -36,6 +36,7 @@
 //! assert_eq!(mq.rate(), Rate::UNLIMITED);
 //! ```
 
+mod cake;
 mod intake;
 mod shared_rate;
 pub(crate) mod sync;
@@ -62,9 +63,18 @@ pub trait MqQdisc<P: Packet>: Qdisc<P> + Send + Sized {
     /// When `config` is invalid.
     fn build(config: &Self::Config) -> Result<Self, Self::Error>;
 
+    /// Checks `config` without building anything.
+    ///
+    /// # Errors
+    /// When `config` is invalid.
+    fn validate(config: &Self::Config) -> Result<(), Self::Error>;
+
     /// Applies `config` in place at a safe point (called by the runner between dequeues). The
     /// rate it sets is the full configured rate; the rate sync scales it right after.
-    fn reconfigure(&mut self, config: &Self::Config);
+    ///
+    /// # Errors
+    /// When `config` is invalid; the instance is then unchanged.
+    fn reconfigure(&mut self, config: &Self::Config) -> Result<(), Self::Error>;
 
     /// The global rate `config` asks for.
     fn config_rate(config: &Self::Config) -> Rate;
@@ -153,11 +163,16 @@ impl<P: Packet + Send, Q: MqQdisc<P>> MultiQueue<P, Q> {
 
     /// Applies `config` to every queue without a restart: the global rate changes at once,
     /// and each runner reconfigures its qdisc at its next run, then resyncs its share.
-    pub fn reconfigure(&self, config: &Q::Config) {
+    ///
+    /// # Errors
+    /// When `Q` refuses `config`; nothing changes then.
+    pub fn reconfigure(&self, config: &Q::Config) -> Result<(), Q::Error> {
+        Q::validate(config)?;
         for q in self.queues.iter() {
-            q.request_reconfigure(config.clone());
+            q.request_reconfigure(config.clone())?;
         }
         self.shared.set_rate(Q::config_rate(config));
+        Ok(())
     }
 
     /// The sum of all queues' counters.

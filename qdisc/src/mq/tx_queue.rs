@@ -357,11 +357,18 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         self.shared.set_rate(rate);
     }
 
-    /// Asks the runner to apply `config` at its next run (a safe point between dequeues).
-    pub fn request_reconfigure(&self, config: Q::Config) {
+    /// Asks the runner to apply `config` at its next run (a safe point between dequeues). The
+    /// global rate is not changed here: use [`super::MultiQueue::reconfigure`] or
+    /// [`TxQueue::set_rate`] for that.
+    ///
+    /// # Errors
+    /// When `Q` refuses `config`; nothing is queued then.
+    pub fn request_reconfigure(&self, config: Q::Config) -> Result<(), Q::Error> {
+        Q::validate(&config)?;
         let mut slot = self.pending.lock().expect("config slot poisoned");
         *slot = Some(Box::new(config));
         self.pending_flag.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Counters as of the last run (intake drops are live).
@@ -436,7 +443,9 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         };
         if let Some(pending) = taken {
             if let Ok(config) = pending.downcast::<Q::Config>() {
-                r.qdisc.reconfigure(&config);
+                // Validated when requested, so this cannot fail; on a failure the qdisc is
+                // unchanged, which is the safe outcome anyway.
+                let _ = r.qdisc.reconfigure(&config);
                 // The reconfigure set the full configured rate; the sync scales it back down.
                 r.sync.force = true;
             }

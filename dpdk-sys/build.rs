@@ -31,7 +31,8 @@ fn main() {
     };
 
     let cflags = cflags();
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest =
+        PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
 
     let mut cc = cc::Build::new();
     cc.file(manifest.join("shim/shim.c"))
@@ -61,7 +62,10 @@ fn main() {
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
         .generate()
         .unwrap_or_else(|e| {
-            panic!("bindgen could not read the DPDK headers (libdpdk {}): {e}", lib.version)
+            panic!(
+                "bindgen could not read the DPDK headers (libdpdk {}): {e}",
+                lib.version
+            )
         });
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     bindings
@@ -72,10 +76,11 @@ fn main() {
 /// Returns `pkg-config --cflags libdpdk`, split on whitespace, verbatim: DPDK's pkg-config file
 /// carries `-include rte_config.h` and the `-march` the library was built for.
 fn cflags() -> Vec<String> {
-    let out = std::process::Command::new(env::var("PKG_CONFIG").unwrap_or_else(|_| "pkg-config".into()))
-        .args(["--cflags", "libdpdk"])
-        .output()
-        .expect("pkg-config ran a moment ago");
+    let out =
+        std::process::Command::new(env::var("PKG_CONFIG").unwrap_or_else(|_| "pkg-config".into()))
+            .args(["--cflags", "libdpdk"])
+            .output()
+            .expect("pkg-config ran a moment ago");
     String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
         .map(str::to_owned)

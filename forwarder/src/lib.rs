@@ -16,5 +16,6 @@ pub mod control;
 pub mod engine;
 pub mod explain;
 pub mod port;
+pub mod preflight;
 pub mod stats;
 pub mod wire;

@@ -74,7 +74,13 @@ fn scenario(name: &str, body: fn()) {
     }
     let exe = std::env::current_exe().expect("test binary path");
     let mut child = Command::new(exe)
-        .args([name, "--exact", "--include-ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            name,
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(SCENARIO_ENV, name)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -87,7 +93,9 @@ fn scenario(name: &str, body: fn()) {
         }
         if start.elapsed() > CHILD_DEADLINE {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("collecting the killed child");
+            let out = child
+                .wait_with_output()
+                .expect("collecting the killed child");
             panic!(
                 "scenario {name} hung for {CHILD_DEADLINE:?} and was killed\nstdout:\n{}\nstderr:\n{}",
                 String::from_utf8_lossy(&out.stdout),
@@ -167,7 +175,11 @@ where
 fn ring_pair_body() {
     let eal = Eal::init(eal_args(&["net_ring0".into(), "net_ring1".into()])).expect("EAL starts");
     let pool = Mempool::new(&eal, "ring_pool", 8191, -1).expect("pool");
-    let cfg = EthDevConfig { rx_desc: 512, tx_desc: 512, ..EthDevConfig::default() };
+    let cfg = EthDevConfig {
+        rx_desc: 512,
+        tx_desc: 512,
+        ..EthDevConfig::default()
+    };
     let mut a = EthDev::open(&eal, "net_ring0", &cfg, &pool).expect("net_ring0");
     let mut b = EthDev::open(&eal, "net_ring1", &cfg, &pool).expect("net_ring1");
     assert_eq!(a.info().driver, "net_ring");
@@ -211,7 +223,11 @@ fn ring_pair_body() {
 fn null_pair_body() {
     let eal = Eal::init(eal_args(&["net_null0".into(), "net_null1".into()])).expect("EAL starts");
     let pool = Mempool::new(&eal, "null_pool", 8191, -1).expect("pool");
-    let cfg = EthDevConfig { rx_queues: 2, tx_queues: 2, ..EthDevConfig::default() };
+    let cfg = EthDevConfig {
+        rx_queues: 2,
+        tx_queues: 2,
+        ..EthDevConfig::default()
+    };
     let mut a = EthDev::open(&eal, "net_null0", &cfg, &pool).expect("net_null0");
     let mut b = EthDev::open(&eal, "net_null1", &cfg, &pool).expect("net_null1");
     let link = a.link().expect("link state");
@@ -270,8 +286,15 @@ fn errors_body() {
     let pool = Mempool::new(&eal, "small", 64, -1).expect("pool");
     let err = EthDev::open(&eal, "net_nosuch9", &EthDevConfig::default(), &pool).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("no DPDK port named 'net_nosuch9'") && msg.contains("net_ring0"), "{msg}");
-    let cfg = EthDevConfig { rx_queues: 64, tx_queues: 64, ..EthDevConfig::default() };
+    assert!(
+        msg.contains("no DPDK port named 'net_nosuch9'") && msg.contains("net_ring0"),
+        "{msg}"
+    );
+    let cfg = EthDevConfig {
+        rx_queues: 64,
+        tx_queues: 64,
+        ..EthDevConfig::default()
+    };
     let err = EthDev::open(&eal, "net_ring0", &cfg, &pool).unwrap_err();
     assert!(matches!(err, PortError::NotEnoughQueues { .. }), "{err}");
     assert!(err.to_string().contains("use fewer worker cores"), "{err}");
@@ -296,7 +319,10 @@ fn unknown_vdev_body() {
     let msg = err.to_string();
     println!("unknown vdev: {msg}");
     assert!(matches!(err, PortError::EalInit { .. }), "{msg}");
-    assert!(msg.contains("--vdev"), "the message says what to check: {msg}");
+    assert!(
+        msg.contains("--vdev"),
+        "the message says what to check: {msg}"
+    );
 }
 
 fn ecn_body() {
@@ -306,7 +332,10 @@ fn ecn_body() {
     assert!(m.set_ce(), "an ECT(0) packet can be marked");
     let parsed = forwarder::wire::parse(m.data());
     assert_eq!(parsed.meta.ecn, 0b11, "CE is written in place");
-    assert_eq!(m.footprint(), usize::from(u16::try_from(dpdk_sys_buf_len()).unwrap()));
+    assert_eq!(
+        m.footprint(),
+        usize::from(u16::try_from(dpdk_sys_buf_len()).unwrap())
+    );
     let mut not_ect = mbuf_with(&pool, &{
         let mut f = frame(8, 1, 64);
         f[15] &= !0b11; // clear ECN in the IPv4 TOS byte
@@ -326,13 +355,19 @@ fn dpdk_sys_buf_len() -> u32 {
 #[test]
 #[ignore = "needs root and DPDK; run by scripts/test dpdk"]
 fn ring_vdevs_forward_every_packet_once_and_in_order() {
-    scenario("ring_vdevs_forward_every_packet_once_and_in_order", ring_pair_body);
+    scenario(
+        "ring_vdevs_forward_every_packet_once_and_in_order",
+        ring_pair_body,
+    );
 }
 
 #[test]
 #[ignore = "needs root and DPDK; run by scripts/test dpdk"]
 fn null_vdevs_conserve_packets_over_two_queues() {
-    scenario("null_vdevs_conserve_packets_over_two_queues", null_pair_body);
+    scenario(
+        "null_vdevs_conserve_packets_over_two_queues",
+        null_pair_body,
+    );
 }
 
 #[test]
@@ -344,7 +379,10 @@ fn bad_names_queues_and_pools_fail_with_messages() {
 #[test]
 #[ignore = "needs root and DPDK; run by scripts/test dpdk"]
 fn an_unknown_vdev_driver_fails_eal_init_with_a_hint() {
-    scenario("an_unknown_vdev_driver_fails_eal_init_with_a_hint", unknown_vdev_body);
+    scenario(
+        "an_unknown_vdev_driver_fails_eal_init_with_a_hint",
+        unknown_vdev_body,
+    );
 }
 
 #[test]

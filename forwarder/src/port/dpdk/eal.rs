@@ -63,7 +63,8 @@ impl Eal {
                 .collect::<Vec<_>>()
                 .into_boxed_slice(),
         );
-        let argc = i32::try_from(owned.len()).map_err(|_| PortError::Invalid("too many EAL arguments".into()))?;
+        let argc = i32::try_from(owned.len())
+            .map_err(|_| PortError::Invalid("too many EAL arguments".into()))?;
         // SAFETY: argv holds argc valid NUL-terminated strings and a final NULL, all leaked so
         // they outlive the EAL; EAL_STARTED guarantees this runs once per process.
         let ret = unsafe { dpdk_sys::rte_eal_init(argc, argv.as_mut_ptr()) };
@@ -202,7 +203,10 @@ fn free_hugepages(root: &Path) -> u64 {
 /// True when a hugetlbfs is listed in `/proc/mounts`.
 fn hugetlbfs_mounted(root: &Path) -> bool {
     std::fs::read_to_string(root.join("proc/mounts"))
-        .map(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs")))
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+        })
         .unwrap_or(false)
 }
 
@@ -236,9 +240,15 @@ mod tests {
     #[test]
     fn reserved_but_unmounted_hugepages_are_reported() {
         let t = tree("512\n", "proc /proc proc rw 0 0\n");
-        assert!(matches!(check_memory(&[], t.path()), Err(PortError::NoHugetlbfs)));
+        assert!(matches!(
+            check_memory(&[], t.path()),
+            Err(PortError::NoHugetlbfs)
+        ));
         check_memory(&["--in-memory".into()], t.path()).unwrap();
-        let t = tree("512\n", "hugetlbfs /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0\n");
+        let t = tree(
+            "512\n",
+            "hugetlbfs /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0\n",
+        );
         check_memory(&[], t.path()).unwrap();
     }
 }

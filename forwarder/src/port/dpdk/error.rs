@@ -59,7 +59,9 @@ pub(crate) fn strerror(errno: i32) -> String {
         return format!("error {errno}");
     }
     // SAFETY: non-NULL and NUL-terminated, as rte_strerror documents.
-    unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(msg) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// What can go wrong while starting or running a DPDK port, with what to do about it.

@@ -101,10 +101,16 @@ pub(crate) fn port_name(port: u16) -> Result<String, DpdkError> {
     // SAFETY: buf has RTE_ETH_NAME_MAX_LEN bytes, the size the call writes at most.
     let ret = unsafe { dpdk_sys::rte_eth_dev_get_name_by_port(port, buf.as_mut_ptr()) };
     if ret != 0 {
-        return Err(DpdkError::from_ret("rte_eth_dev_get_name_by_port", Some(port), ret));
+        return Err(DpdkError::from_ret(
+            "rte_eth_dev_get_name_by_port",
+            Some(port),
+            ret,
+        ));
     }
     // SAFETY: on success DPDK wrote a NUL-terminated name into buf.
-    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
 }
 
 /// Wanted RSS hash functions: L3 and L4 over IPv4 and IPv6.
@@ -134,7 +140,11 @@ impl EthDev {
             .join(", ");
         Err(PortError::NoSuchPort {
             name: name.to_owned(),
-            known: if known.is_empty() { "none".into() } else { known },
+            known: if known.is_empty() {
+                "none".into()
+            } else {
+                known
+            },
         })
     }
 
@@ -153,7 +163,9 @@ impl EthDev {
             String::new()
         } else {
             // SAFETY: driver_name points at the driver's static NUL-terminated name.
-            unsafe { CStr::from_ptr(info.driver_name) }.to_string_lossy().into_owned()
+            unsafe { CStr::from_ptr(info.driver_name) }
+                .to_string_lossy()
+                .into_owned()
         };
         // SAFETY: reads the socket recorded for a valid port id.
         let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(port) };
@@ -172,7 +184,12 @@ impl EthDev {
     /// # Errors
     /// [`PortError::NoSuchPort`], [`PortError::NotEnoughQueues`], or the failed call
     /// (`rte_eth_dev_configure`, `rte_eth_rx_queue_setup`, ... ) with its port and errno.
-    pub fn open(eal: &Eal, name: &str, cfg: &EthDevConfig, pool: &Mempool) -> Result<EthDev, PortError> {
+    pub fn open(
+        eal: &Eal,
+        name: &str,
+        cfg: &EthDevConfig,
+        pool: &Mempool,
+    ) -> Result<EthDev, PortError> {
         let port = Self::port_id(eal, name)?;
         let info = Self::info_of(port)?;
         for (dir, max, wanted) in [
@@ -185,26 +202,40 @@ impl EthDev {
                 )));
             }
             if wanted > max {
-                return Err(PortError::NotEnoughQueues { port, name: name.to_owned(), dir, max, wanted });
+                return Err(PortError::NotEnoughQueues {
+                    port,
+                    name: name.to_owned(),
+                    dir,
+                    max,
+                    wanted,
+                });
             }
         }
         let mut conf = dpdk_sys::rte_eth_conf::default();
-        let rss_hf = if cfg.rss { wanted_rss() & info.flow_type_rss_offloads } else { 0 };
+        let rss_hf = if cfg.rss {
+            wanted_rss() & info.flow_type_rss_offloads
+        } else {
+            0
+        };
         if cfg.rx_queues > 1 && rss_hf != 0 {
             conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
             conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
             // rss_key NULL: the driver's default key.
         }
         // SAFETY: port is valid; conf is a fully initialised rte_eth_conf that DPDK copies.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_configure(port, cfg.rx_queues, cfg.tx_queues, &conf) };
+        let ret =
+            unsafe { dpdk_sys::rte_eth_dev_configure(port, cfg.rx_queues, cfg.tx_queues, &conf) };
         if ret != 0 {
             return Err(DpdkError::from_ret("rte_eth_dev_configure", Some(port), ret).into());
         }
         let (mut rx_desc, mut tx_desc) = (cfg.rx_desc, cfg.tx_desc);
         // SAFETY: port is valid and configured; both are valid in/out pointers.
-        let ret = unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(port, &mut rx_desc, &mut tx_desc) };
+        let ret =
+            unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(port, &mut rx_desc, &mut tx_desc) };
         if ret != 0 {
-            return Err(DpdkError::from_ret("rte_eth_dev_adjust_nb_rx_tx_desc", Some(port), ret).into());
+            return Err(
+                DpdkError::from_ret("rte_eth_dev_adjust_nb_rx_tx_desc", Some(port), ret).into(),
+            );
         }
         // SOCKET_ID_ANY (-1) wraps to u32::MAX, which is how DPDK spells it in this argument.
         let socket = info.socket as u32;
@@ -212,7 +243,14 @@ impl EthDev {
             // SAFETY: port configured with rx_queues queues, q < rx_queues; NULL rxconf means
             // the driver's defaults; the pool outlives the device (kept in DevInner).
             let ret = unsafe {
-                dpdk_sys::rte_eth_rx_queue_setup(port, q, rx_desc, socket, std::ptr::null(), pool.as_ptr())
+                dpdk_sys::rte_eth_rx_queue_setup(
+                    port,
+                    q,
+                    rx_desc,
+                    socket,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
             };
             if ret != 0 {
                 return Err(DpdkError::from_ret("rte_eth_rx_queue_setup", Some(port), ret).into());
@@ -220,7 +258,9 @@ impl EthDev {
         }
         for q in 0..cfg.tx_queues {
             // SAFETY: as above for TX; NULL txconf means the driver's defaults.
-            let ret = unsafe { dpdk_sys::rte_eth_tx_queue_setup(port, q, tx_desc, socket, std::ptr::null()) };
+            let ret = unsafe {
+                dpdk_sys::rte_eth_tx_queue_setup(port, q, tx_desc, socket, std::ptr::null())
+            };
             if ret != 0 {
                 return Err(DpdkError::from_ret("rte_eth_tx_queue_setup", Some(port), ret).into());
             }
@@ -283,10 +323,20 @@ impl EthDev {
         }
         self.split = true;
         let rx = (0..self.inner.cfg.rx_queues)
-            .map(|queue| RxQueue { port: self.inner.port, queue, _dev: self.inner.clone(), _not_sync: Default::default() })
+            .map(|queue| RxQueue {
+                port: self.inner.port,
+                queue,
+                _dev: self.inner.clone(),
+                _not_sync: Default::default(),
+            })
             .collect();
         let tx = (0..self.inner.cfg.tx_queues)
-            .map(|queue| TxQueue { port: self.inner.port, queue, _dev: self.inner.clone(), _not_sync: Default::default() })
+            .map(|queue| TxQueue {
+                port: self.inner.port,
+                queue,
+                _dev: self.inner.clone(),
+                _not_sync: Default::default(),
+            })
             .collect();
         Ok((rx, tx))
     }
@@ -300,7 +350,11 @@ impl EthDev {
         // SAFETY: port valid; link is a valid out-pointer.
         let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.inner.port, &mut link) };
         if ret != 0 {
-            return Err(DpdkError::from_ret("rte_eth_link_get_nowait", Some(self.inner.port), ret));
+            return Err(DpdkError::from_ret(
+                "rte_eth_link_get_nowait",
+                Some(self.inner.port),
+                ret,
+            ));
         }
         Ok(LinkStatus {
             up: link.link_status() != 0,
@@ -319,7 +373,11 @@ impl EthDev {
         // SAFETY: a NULL buffer with size 0 asks for the count only.
         let n = unsafe { dpdk_sys::rte_eth_xstats_get_names(port, std::ptr::null_mut(), 0) };
         if n < 0 {
-            return Err(DpdkError::from_ret("rte_eth_xstats_get_names", Some(port), n));
+            return Err(DpdkError::from_ret(
+                "rte_eth_xstats_get_names",
+                Some(port),
+                n,
+            ));
         }
         let cap = n as usize;
         let mut names = vec![dpdk_sys::rte_eth_xstat_name::default(); cap];
@@ -327,12 +385,20 @@ impl EthDev {
         // SAFETY: names has room for `n` entries.
         let got = unsafe { dpdk_sys::rte_eth_xstats_get_names(port, names.as_mut_ptr(), n as u32) };
         if got < 0 || got as usize > cap {
-            return Err(DpdkError::from_ret("rte_eth_xstats_get_names", Some(port), got.min(-1)));
+            return Err(DpdkError::from_ret(
+                "rte_eth_xstats_get_names",
+                Some(port),
+                got.min(-1),
+            ));
         }
         // SAFETY: values has room for `n` entries.
         let got_v = unsafe { dpdk_sys::rte_eth_xstats_get(port, values.as_mut_ptr(), n as u32) };
         if got_v < 0 || got_v as usize > cap {
-            return Err(DpdkError::from_ret("rte_eth_xstats_get", Some(port), got_v.min(-1)));
+            return Err(DpdkError::from_ret(
+                "rte_eth_xstats_get",
+                Some(port),
+                got_v.min(-1),
+            ));
         }
         Ok(values[..got_v as usize]
             .iter()
@@ -408,7 +474,12 @@ impl PortRx for RxQueue {
         // SAFETY: spare has room for at least `max` pointers and Mbuf is a transparent
         // NonNull<rte_mbuf>; the queue is polled by this thread only (&mut self, !Sync).
         let n = unsafe {
-            dpdk_sys::cw_rte_eth_rx_burst(self.port, self.queue, spare.as_mut_ptr().cast(), max as u16)
+            dpdk_sys::cw_rte_eth_rx_burst(
+                self.port,
+                self.queue,
+                spare.as_mut_ptr().cast(),
+                max as u16,
+            )
         };
         // SAFETY: the driver wrote `n` non-NULL mbuf pointers, each now owned by us.
         unsafe { burst.set_len(len + usize::from(n)) };
@@ -429,13 +500,19 @@ impl PortTx for TxQueue {
         let p = burst.as_mut_ptr();
         // SAFETY: p points at `len` owned mbufs (transparent pointers); the driver takes
         // ownership of the first `sent` of them and leaves the rest untouched.
-        let sent = usize::from(unsafe { dpdk_sys::cw_rte_eth_tx_burst(self.port, self.queue, p.cast(), n) });
-        // SAFETY: the first `sent` entries now belong to the driver: forget them by moving the
-        // unsent tail to the front (regions may overlap: ptr::copy) and shortening the Vec.
-        unsafe {
-            std::ptr::copy(p.add(sent), p, len - sent);
-            burst.set_len(len - sent);
-        }
+        let sent = usize::from(unsafe {
+            dpdk_sys::cw_rte_eth_tx_burst(self.port, self.queue, p.cast(), n)
+        });
+        // SAFETY: the first `sent` entries now belong to the driver; shortening first means
+        // they are never dropped here, and the tail below is still initialised memory.
+        unsafe { burst.set_len(0) };
+        // SAFETY: sent <= len, so p + sent stays inside the allocation.
+        let tail = unsafe { p.add(sent) };
+        // SAFETY: moves the len - sent unsent mbufs to the front; the regions may overlap,
+        // which ptr::copy allows.
+        unsafe { std::ptr::copy(tail, p, len - sent) };
+        // SAFETY: the first len - sent entries are now the initialised, owned unsent mbufs.
+        unsafe { burst.set_len(len - sent) };
         sent
     }
 }

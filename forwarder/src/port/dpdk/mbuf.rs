@@ -63,9 +63,11 @@ impl Mbuf {
     pub fn rss(&self) -> Option<u32> {
         let m = self.raw();
         if m.ol_flags & u64::from(dpdk_sys::RTE_MBUF_F_RX_RSS_HASH) != 0 {
+            // SAFETY: `hash` is the only member of this union; any bit pattern is valid.
+            let hash = unsafe { m.__bindgen_anon_2.hash };
             // SAFETY: with RTE_MBUF_F_RX_RSS_HASH set, the driver wrote the `rss` member of
             // the hash union (a plain u32, valid for any bit pattern).
-            Some(unsafe { m.__bindgen_anon_2.hash.rss })
+            Some(unsafe { hash.rss })
         } else {
             None
         }
@@ -110,22 +112,22 @@ impl PortBuf for Mbuf {
     #[inline]
     fn data(&self) -> &[u8] {
         let m = self.raw();
-        // SAFETY: buf_addr + data_off is the start of data_len initialised bytes inside the
-        // mbuf's buffer, owned by self and not aliased mutably while &self lives.
-        unsafe {
-            std::slice::from_raw_parts(
-                m.buf_addr.cast::<u8>().add(usize::from(m.data_off)),
-                usize::from(m.data_len),
-            )
-        }
+        // SAFETY: data_off lies inside the buffer that buf_addr points to (DPDK keeps
+        // data_off + data_len <= buf_len).
+        let start = unsafe { m.buf_addr.cast::<u8>().add(usize::from(m.data_off)) };
+        // SAFETY: start is the first of data_len initialised bytes inside the mbuf's buffer,
+        // owned by self and not aliased mutably while &self lives.
+        unsafe { std::slice::from_raw_parts(start, usize::from(m.data_len)) }
     }
 
     #[inline]
     fn data_mut(&mut self) -> &mut [u8] {
         let m = self.raw();
         let (addr, off, len) = (m.buf_addr.cast::<u8>(), m.data_off, m.data_len);
+        // SAFETY: as in `data`.
+        let start = unsafe { addr.add(usize::from(off)) };
         // SAFETY: as in `data`, and &mut self makes the view unique.
-        unsafe { std::slice::from_raw_parts_mut(addr.add(usize::from(off)), usize::from(len)) }
+        unsafe { std::slice::from_raw_parts_mut(start, usize::from(len)) }
     }
 
     #[inline]

@@ -1,14 +1,458 @@
-//! Placeholder for the forwarder's top level (helper D replaces this file): builds ports,
-//! shapers and workers from a [`Config`] and runs them until the duration ends or a signal
-//! arrives.
+//! The forwarder's top level: builds ports, TX queues (CAKE or FIFO in a
+//! [`qdisc::mq::MultiQueue`] per egress port) and workers from a [`Config`], then supervises
+//! them: live stats each interval, the control socket, Prometheus, SIGINT/SIGTERM and the
+//! duration limit. Stopping drains the queues within the drain timeout, prints the final
+//! report and checks conservation; a mismatch is an error (non-zero exit).
+//!
+//! Software ports (synth, pcap, AF_PACKET) share one buffer type ([`PoolBuf`]) and mix freely;
+//! DPDK ports are started by the `dpdk` backend itself.
 
-use crate::config::Config;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// Runs the forwarder with `config`.
+use anyhow::{bail, Context};
+use qdisc::cake::CakeConfig;
+use qdisc::fifo::{Fifo, FifoConfig};
+use qdisc::mq::{MqQdisc, MultiQueue, SyncConfig, TxQueueOptions};
+use qdisc::{PacketMeta, Rate};
+use serde::de::DeserializeOwned;
+
+use crate::config::{Config, QueueKind};
+use crate::control::{self, ControlState, LiveTarget};
+use crate::engine::shaper::{CakeQueue, TinReport};
+use crate::engine::{self, EngineConfig, EnginePorts, Shaper, TinSnapshot};
+use crate::port::pcap::{PcapCounters, PcapFrames, PcapRx, PcapSink, PcapTx};
+use crate::port::pool::{Pool, PoolBuf};
+use crate::port::synth::{SynthPlan, SynthRx, SynthStats, SynthTx};
+use crate::port::{PortKind, PortRx, PortSpec, PortTx, PortsConfig};
+use crate::stats::{prometheus, QueueView, Report, Reporter, Sources, StatsConfig};
+
+/// Reads a typed section out of a raw TOML table (unknown keys are errors).
+fn section<T: DeserializeOwned>(name: &str, table: &toml::Table) -> anyhow::Result<T> {
+    toml::Value::Table(table.clone())
+        .try_into()
+        .with_context(|| format!("in the [{name}] section"))
+}
+
+/// One egress port's queues, usable as live targets and as per-queue shapers.
+struct PortQueues<Q: MqQdisc<PoolBuf>> {
+    mq: Arc<MultiQueue<PoolBuf, Q>>,
+}
+
+/// Queue `i` of a [`MultiQueue`] as an engine [`Shaper`].
+struct MqSlot<Q: MqQdisc<PoolBuf>> {
+    mq: Arc<MultiQueue<PoolBuf, Q>>,
+    i: usize,
+}
+
+impl<Q: MqQdisc<PoolBuf> + TinReport + Sync> Shaper<PoolBuf> for MqSlot<Q> {
+    #[inline]
+    fn offer(&self, now_ns: u64, pkt: PoolBuf, meta: &PacketMeta) -> qdisc::mq::Intake<PoolBuf> {
+        self.mq.queue(self.i).enqueue(now_ns, pkt, meta)
+    }
+    #[inline]
+    fn run(
+        &self,
+        now_ns: u64,
+        budget: usize,
+        out: &mut Vec<PoolBuf>,
+        transmit: &mut dyn FnMut(&mut Vec<PoolBuf>),
+    ) -> qdisc::mq::RunResult {
+        self.mq.queue(self.i).run(now_ns, budget, out, transmit)
+    }
+    fn backlog(&self) -> u64 {
+        self.mq.queue(self.i).backlog() as u64
+    }
+    fn stats(&self) -> qdisc::mq::TxQueueStats {
+        self.mq.queue(self.i).stats()
+    }
+    fn set_rate(&self, rate: Rate) {
+        self.mq.set_rate(rate);
+    }
+    fn rate(&self) -> Rate {
+        self.mq.rate()
+    }
+    fn tins(&self) -> Vec<TinSnapshot> {
+        self.mq
+            .queue(self.i)
+            .try_with_qdisc(|q| q.tin_snapshots())
+            .unwrap_or_default()
+    }
+}
+
+impl LiveTarget for PortQueues<CakeQueue<PoolBuf>> {
+    fn set_rate(&self, rate: Rate) {
+        self.mq.set_rate(rate);
+    }
+    fn reconfigure(&self, cake: &CakeConfig) -> Result<(), String> {
+        self.mq.reconfigure(cake).map_err(|e| e.to_string())
+    }
+    fn rate(&self) -> Rate {
+        self.mq.rate()
+    }
+}
+
+impl LiveTarget for PortQueues<Fifo<PoolBuf>> {
+    fn set_rate(&self, rate: Rate) {
+        self.mq.set_rate(rate);
+    }
+    fn reconfigure(&self, cake: &CakeConfig) -> Result<(), String> {
+        self.mq.set_rate(cake.rate);
+        Ok(())
+    }
+    fn rate(&self) -> Rate {
+        self.mq.rate()
+    }
+}
+
+struct ShaperView(Arc<dyn Shaper<PoolBuf>>);
+
+impl QueueView for ShaperView {
+    fn stats(&self) -> qdisc::mq::TxQueueStats {
+        self.0.stats()
+    }
+    fn backlog(&self) -> u64 {
+        self.0.backlog()
+    }
+    fn tins(&self) -> Vec<TinSnapshot> {
+        self.0.tins()
+    }
+    fn rate(&self) -> Rate {
+        self.0.rate()
+    }
+}
+
+/// Which queueing discipline the TX queues run, for [`build_queues`].
+#[derive(Debug, Clone)]
+pub enum QueueChoice {
+    /// CAKE with this configuration.
+    Cake(CakeConfig),
+    /// The FIFO baseline.
+    Fifo,
+    /// No queue at all (the bare port loop).
+    None,
+}
+
+type Built = (Vec<Arc<dyn Shaper<PoolBuf>>>, Vec<Arc<dyn LiveTarget>>);
+
+/// Builds `queues` TX queues for each of `ports` egress ports.
+pub fn build_queues(
+    choice: &QueueChoice,
+    ports: usize,
+    queues: usize,
+    options: TxQueueOptions,
+) -> anyhow::Result<Built> {
+    let mut shapers: Vec<Arc<dyn Shaper<PoolBuf>>> = Vec::new();
+    let mut targets: Vec<Arc<dyn LiveTarget>> = Vec::new();
+    for _ in 0..ports {
+        match choice {
+            QueueChoice::Cake(cfg) => {
+                let mq: MultiQueue<PoolBuf, CakeQueue<PoolBuf>> =
+                    MultiQueue::from_config(queues, options, cfg)
+                        .context("building the CAKE queues")?;
+                let mq = Arc::new(mq);
+                for i in 0..queues {
+                    shapers.push(Arc::new(MqSlot { mq: mq.clone(), i }));
+                }
+                targets.push(Arc::new(PortQueues { mq }));
+            }
+            QueueChoice::Fifo => {
+                let mq: MultiQueue<PoolBuf, Fifo<PoolBuf>> = MultiQueue::from_config(
+                    queues,
+                    options,
+                    &FifoConfig {
+                        limit_packets: 1000,
+                    },
+                )
+                .context("building the FIFO queues")?;
+                let mq = Arc::new(mq);
+                for i in 0..queues {
+                    shapers.push(Arc::new(MqSlot { mq: mq.clone(), i }));
+                }
+                targets.push(Arc::new(PortQueues { mq }));
+            }
+            QueueChoice::None => {
+                for _ in 0..queues {
+                    shapers.push(Arc::new(engine::Passthrough));
+                }
+            }
+        }
+    }
+    Ok((shapers, targets))
+}
+
+/// Rx and tx halves of the software ports plus what reports need.
+pub struct SoftPorts {
+    /// Halves for the engine.
+    pub ports: EnginePorts<PoolBuf>,
+    /// Synth ports' figures.
+    pub synth: Vec<(usize, Arc<SynthStats>)>,
+}
+
+/// Builds ports A and B from `cfg` with `tx_queues` transmit halves each.
+pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<SoftPorts> {
+    let mut rx: Vec<Vec<Box<dyn PortRx<Buf = PoolBuf>>>> = Vec::new();
+    let mut tx: Vec<Vec<Box<dyn PortTx<Buf = PoolBuf>>>> = Vec::new();
+    let mut synth = Vec::new();
+    let specs: [&PortSpec; 2] = [&cfg.a, &cfg.b];
+    for (p, spec) in specs.iter().enumerate() {
+        let name = cfg.port_name(p);
+        let pool = Pool::new(cfg.pool_buffers, cfg.buffer_size);
+        let mut prx: Vec<Box<dyn PortRx<Buf = PoolBuf>>> = Vec::new();
+        let mut ptx: Vec<Box<dyn PortTx<Buf = PoolBuf>>> = Vec::new();
+        match spec.kind {
+            PortKind::Synth => {
+                let stats = Arc::new(SynthStats::default());
+                let generate = p == 0 || cfg.synth.both_directions;
+                let plan = SynthPlan::new(&cfg.synth, p as u8)
+                    .with_context(|| format!("port {name}: [ports.synth]"))?;
+                if generate {
+                    let n = spec.rx_queues.max(1);
+                    for q in 0..n {
+                        prx.push(Box::new(SynthRx::new(&plan, pool, q, n, &stats)));
+                    }
+                }
+                for _ in 0..tx_queues {
+                    ptx.push(Box::new(SynthTx::new(plan.flows(), stats.clone())));
+                }
+                synth.push((p, stats));
+            }
+            PortKind::Pcap => {
+                let counters = Arc::new(PcapCounters::default());
+                if let Some(input) = &spec.input {
+                    let frames = Arc::new(
+                        PcapFrames::load(input).with_context(|| format!("port {name}"))?,
+                    );
+                    prx.push(Box::new(PcapRx::new(
+                        frames,
+                        pool,
+                        cfg.loop_input,
+                        counters.clone(),
+                    )));
+                }
+                let sink = match &spec.output {
+                    Some(out) => Some(Arc::new(Mutex::new(
+                        PcapSink::create(out).with_context(|| format!("port {name}"))?,
+                    ))),
+                    None => None,
+                };
+                for _ in 0..tx_queues {
+                    ptx.push(Box::new(PcapTx::new(sink.clone(), counters.clone())));
+                }
+            }
+            PortKind::Afpacket => {
+                let mut ac = crate::port::afpacket::AfPacketConfig::new(spec.iface.clone());
+                ac.rx_queues = spec.rx_queues.max(1);
+                ac.tx_queues = tx_queues;
+                let port = crate::port::afpacket::AfPacketPort::open(&ac, pool)
+                    .with_context(|| format!("port {name}: opening '{}'", spec.iface))?;
+                let (r, t) = port.split();
+                for h in r {
+                    prx.push(Box::new(h));
+                }
+                for h in t {
+                    ptx.push(Box::new(h));
+                }
+            }
+            PortKind::Dpdk => bail!(
+                "port {name}: kind = \"dpdk\" cannot be mixed with software ports here; set both ports to dpdk and build with --features dpdk"
+            ),
+        }
+        rx.push(prx);
+        tx.push(ptx);
+    }
+    let forward = vec![Some(1), cfg.bidirectional.then_some(0)];
+    Ok(SoftPorts {
+        ports: EnginePorts { rx, tx, forward },
+        synth,
+    })
+}
+
+fn queue_options(config: &Config) -> TxQueueOptions {
+    let policy = match config.shaper.sync_policy {
+        crate::config::SyncPolicy::Equal => qdisc::mq::SyncPolicy::Equal,
+        crate::config::SyncPolicy::WorkConserving => qdisc::mq::SyncPolicy::WorkConserving,
+    };
+    TxQueueOptions {
+        intake_capacity: 4096,
+        bypass: config.shaper.bypass,
+        sync: SyncConfig {
+            policy,
+            sync_interval_ns: config.shaper.sync_interval_ns,
+            ..SyncConfig::default()
+        },
+    }
+}
+
+/// Runs the forwarder with `config` until its duration ends, its inputs run out, or
+/// SIGINT/SIGTERM; prints the final report.
 ///
 /// # Errors
-/// Always, until the real implementation lands.
+/// A port, queue or socket that cannot be set up, or a conservation mismatch at exit.
 pub fn run(config: Config) -> anyhow::Result<()> {
-    let _ = config;
-    anyhow::bail!("the forwarding engine is not wired up yet (app::run is a stub)")
+    let ecfg: EngineConfig = config.engine.clone();
+    let scfg: StatsConfig = section("stats", &config.stats)?;
+    let timing = ecfg.timing()?;
+    let interval_ns = crate::port::synth::parse_duration_ns(&scfg.interval)
+        .context("stats.interval")?
+        .unwrap_or(1_000_000_000)
+        .max(10_000_000);
+    if config.ports.a.kind == PortKind::Dpdk || config.ports.b.kind == PortKind::Dpdk {
+        bail!("dpdk ports are not wired into `cakewalk run` yet; use synth, pcap or afpacket");
+    }
+    let soft = build_soft_ports(&config.ports, ecfg.tx_queues)?;
+    let choice = match config.shaper.queue {
+        QueueKind::Cake => QueueChoice::Cake(config.to_cake_config()),
+        QueueKind::Fifo => QueueChoice::Fifo,
+    };
+    let (shapers, targets) = build_queues(&choice, 2, ecfg.tx_queues, queue_options(&config))?;
+    let port_names = vec![config.ports.port_name(0), config.ports.port_name(1)];
+
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())
+        .context("installing the SIGINT handler")?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())
+        .context("installing the SIGTERM handler")?;
+
+    let views: Vec<Arc<dyn QueueView>> = shapers
+        .iter()
+        .map(|s| Arc::new(ShaperView(s.clone())) as Arc<dyn QueueView>)
+        .collect();
+    let all_shapers = shapers.clone();
+    let started = Instant::now();
+    let running = engine::start(&ecfg, soft.ports, shapers).context("starting the engine")?;
+    let handoff_src = running.handoff_counts();
+    let mut reporter = Reporter::new(Sources {
+        port_names,
+        engine: running.shared().clone(),
+        queues: views,
+        synth: soft.synth.clone(),
+        handoff: Box::new(move |e| handoff_src(e)),
+    });
+
+    let latest_text = Arc::new(Mutex::new(String::from("no report yet\n")));
+    let latest_json = Arc::new(Mutex::new(String::from("{}\n")));
+    let latest_prom = Arc::new(Mutex::new(String::new()));
+    let aux_stop = Arc::new(AtomicBool::new(false));
+    let mut aux = Vec::new();
+    let state = Arc::new(ControlState {
+        targets,
+        cake: Mutex::new(config.to_cake_config()),
+        started_with: config.clone(),
+        latest_text: latest_text.clone(),
+        latest_json: latest_json.clone(),
+    });
+    control::install(Some(state.clone()));
+    if scfg.control_socket != "off" {
+        let path = if scfg.control_socket.is_empty() {
+            control::default_socket_path()
+        } else {
+            PathBuf::from(&scfg.control_socket)
+        };
+        match control::serve(&path, state, aux_stop.clone()) {
+            Ok(h) => aux.push(h),
+            Err(e) => eprintln!("warning: {e}"),
+        }
+    }
+    if let Some(addr) = &scfg.prometheus {
+        let h = prometheus::serve(
+            addr,
+            scfg.prometheus_public,
+            latest_prom.clone(),
+            aux_stop.clone(),
+        )?;
+        aux.push(h);
+    }
+    let mut json = match &scfg.json {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let mut publish = |r: &Report, live: bool, synth: &[(usize, Arc<SynthStats>)]| {
+        let line = serde_json::to_string(r).unwrap_or_default();
+        if let Some(j) = json.as_mut() {
+            let _ = writeln!(j, "{line}");
+            let _ = j.flush();
+        }
+        *latest_json.lock().unwrap_or_else(|e| e.into_inner()) = format!("{line}\n");
+        *latest_text.lock().unwrap_or_else(|e| e.into_inner()) = r.final_text();
+        *latest_prom.lock().unwrap_or_else(|e| e.into_inner()) = prometheus::render(r);
+        if live {
+            let delay = synth.first().map(|(_, s)| {
+                let mut h = s.delay_interval.lock().unwrap_or_else(|e| e.into_inner());
+                let p = crate::stats::percentiles(&h);
+                h.reset();
+                p
+            });
+            eprintln!("{}", r.live_line(delay));
+        }
+    };
+
+    // Supervise.
+    let mut next_report = interval_ns;
+    let mut draining = false;
+    let mut stop_reason = "duration reached";
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let elapsed_ns = started.elapsed().as_nanos() as u64;
+        if !draining {
+            let why = if stop.load(Ordering::Relaxed) {
+                Some("signal")
+            } else if timing.duration_ns.is_some_and(|d| elapsed_ns >= d) {
+                Some("duration reached")
+            } else if running.rx_finished() {
+                Some("inputs finished")
+            } else {
+                None
+            };
+            if let Some(w) = why {
+                stop_reason = w;
+                stop.store(false, Ordering::Relaxed);
+                running.stop_rx();
+                draining = true;
+            }
+        } else if stop.load(Ordering::Relaxed) {
+            running.stop_now();
+        }
+        if running.is_finished() {
+            break;
+        }
+        if elapsed_ns >= next_report {
+            next_report += interval_ns;
+            let r = reporter.report(elapsed_ns as f64 / 1e9);
+            publish(&r, scfg.live, &soft.synth);
+        }
+    }
+    let panicked = running.join();
+    // Let every queue publish its final counters (drains its intake, dequeues nothing).
+    let now = engine::clock::now_ns();
+    for s in &all_shapers {
+        let mut out = Vec::new();
+        let _ = s.run(now, 0, &mut out, &mut |_o: &mut Vec<PoolBuf>| {});
+        drop(out);
+    }
+    let r = reporter.report(started.elapsed().as_secs_f64());
+    publish(&r, false, &soft.synth);
+    aux_stop.store(true, Ordering::Relaxed);
+    for h in aux {
+        let _ = h.join();
+    }
+    control::install(None);
+    println!("stopped: {stop_reason}");
+    print!("{}", r.final_text());
+    let _ = std::io::stdout().flush();
+    if panicked > 0 {
+        bail!("{panicked} worker thread(s) panicked; the report above is incomplete");
+    }
+    if !r.conservation.ok {
+        bail!(
+            "conservation check failed: {}; this is a bug, please report it with the config used",
+            r.conservation_line()
+        );
+    }
+    Ok(())
 }

@@ -1,1 +1,360 @@
-//! TODO: control
+//! Hitless runtime changes over a Unix socket, and the client `cakewalk ctl` uses.
+//!
+//! The protocol is one text command per line, one reply per command (the reply ends with an
+//! empty line); the client sends its command, closes its write side and reads to the end:
+//!
+//! * `set rate 500mbit` — the global rate of every TX queue (a pure parameter write).
+//! * `set diffserv diffserv4`, `set flow-mode flows`, `set overhead 18`, `set <tc words>` —
+//!   CAKE options, applied by each queue's runner at a safe point between dequeues.
+//! * `stats` / `stats json` — the latest report as text or as one JSON object.
+//!
+//! No change loses a queued packet: rates change through `SharedRate`, other options through
+//! `TxQueue`'s reconfigure-at-a-safe-point path. [`apply_reload`] applies a whole new config
+//! the same way (for SIGHUP) and lists what would need a restart.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use qdisc::cake::CakeConfig;
+use qdisc::Rate;
+
+use crate::config::Config;
+
+/// Why the control socket failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// Could not bind the socket.
+    #[error("cannot create control socket '{path}': {source}; set stats.control_socket to a writable path or 'off'")]
+    Bind {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Could not connect (client side).
+    #[error("cannot connect to control socket '{path}': {source}; is cakewalk running with that socket?")]
+    Connect {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The exchange failed after connecting.
+    #[error("control socket '{path}' exchange failed: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The default socket path: `/run/cakewalk.sock` as root, else `$XDG_RUNTIME_DIR/cakewalk.sock`,
+/// else `/tmp/cakewalk-$UID.sock`.
+pub fn default_socket_path() -> PathBuf {
+    let uid = unix_uid();
+    if uid == 0 {
+        return PathBuf::from("/run/cakewalk.sock");
+    }
+    if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return Path::new(&dir).join("cakewalk.sock");
+    }
+    PathBuf::from(format!("/tmp/cakewalk-{uid}.sock"))
+}
+
+fn unix_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0)
+}
+
+/// Something a control command can change live: all TX queues of one port.
+pub trait LiveTarget: Send + Sync {
+    /// Sets the global rate.
+    fn set_rate(&self, rate: Rate);
+    /// Applies a CAKE configuration at each queue's next safe point.
+    ///
+    /// # Errors
+    /// The qdisc's message when it refuses the configuration (nothing changes then).
+    fn reconfigure(&self, cake: &CakeConfig) -> Result<(), String>;
+    /// The configured global rate.
+    fn rate(&self) -> Rate;
+}
+
+/// What the control server and [`apply_reload`] act on.
+pub struct ControlState {
+    /// One target per egress port.
+    pub targets: Vec<Arc<dyn LiveTarget>>,
+    /// The CAKE configuration in force.
+    pub cake: Mutex<CakeConfig>,
+    /// The config the process started with (for deciding what needs a restart).
+    pub started_with: Config,
+    /// Latest text report.
+    pub latest_text: Arc<Mutex<String>>,
+    /// Latest JSON report.
+    pub latest_json: Arc<Mutex<String>>,
+}
+
+static CURRENT: OnceLock<Mutex<Option<Arc<ControlState>>>> = OnceLock::new();
+
+/// Makes `state` the one [`apply_reload`] acts on (the running forwarder's).
+pub fn install(state: Option<Arc<ControlState>>) {
+    *CURRENT
+        .get_or_init(|| Mutex::new(None))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = state;
+}
+
+fn current() -> Option<Arc<ControlState>> {
+    CURRENT
+        .get_or_init(|| Mutex::new(None))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+/// Applies what can change live from `new` (rate and every CAKE option) to the running
+/// forwarder, and returns the settings that differ but need a restart (ports, engine,
+/// stats). Without a running forwarder nothing is applied and nothing is listed.
+pub fn apply_reload(new: &Config) -> Vec<String> {
+    let Some(st) = current() else {
+        return Vec::new();
+    };
+    let cake = new.to_cake_config();
+    let old = &st.started_with;
+    let mut restart = Vec::new();
+    if let Err(e) = apply_cake(&st, cake) {
+        restart.push(format!("shaper (refused live: {e})"));
+    }
+    if old.ports != new.ports {
+        restart.push("ports".to_string());
+    }
+    if old.engine != new.engine {
+        restart.push("engine".to_string());
+    }
+    if old.stats != new.stats {
+        restart.push("stats".to_string());
+    }
+    if old.shaper.queue != new.shaper.queue {
+        restart.push("shaper.queue".to_string());
+    }
+    if old.shaper.bypass != new.shaper.bypass {
+        restart.push("shaper.bypass".to_string());
+    }
+    restart
+}
+
+fn apply_cake(st: &ControlState, cake: CakeConfig) -> Result<(), String> {
+    let mut cur = st.cake.lock().unwrap_or_else(|e| e.into_inner());
+    let rate_only = CakeConfig {
+        rate: cur.rate,
+        ..cake.clone()
+    } == *cur;
+    for t in &st.targets {
+        if rate_only {
+            t.set_rate(cake.rate);
+        } else {
+            t.reconfigure(&cake)?;
+        }
+    }
+    *cur = cake;
+    Ok(())
+}
+
+/// Executes one command line and returns the reply.
+pub fn handle_command(st: &ControlState, line: &str) -> String {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        [] => "error: empty command; try 'stats' or 'set rate 500mbit'".into(),
+        ["stats"] | ["stats", "text"] => st
+            .latest_text
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default(),
+        ["stats", "json"] => st
+            .latest_json
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default(),
+        ["set", "rate", r] | ["set", "bandwidth", r] => {
+            match crate::config::units::parse_rate(r) {
+                Ok(rate) => {
+                    let mut cur = st.cake.lock().unwrap_or_else(|e| e.into_inner());
+                    cur.rate = rate;
+                    for t in &st.targets {
+                        t.set_rate(rate);
+                    }
+                    format!("ok rate {}", crate::config::units::format_rate(rate))
+                }
+                Err(e) => format!("error: {e}"),
+            }
+        }
+        ["set", rest @ ..] => {
+            // "set diffserv diffserv4" / "set flow-mode flows" name the option; tc words
+            // ("set diffserv4", "set overhead 18") are taken as they are.
+            let tc_words: Vec<&str> = match rest {
+                ["diffserv", mode] | ["flow-mode", mode] | ["flowmode", mode] => vec![*mode],
+                other => other.to_vec(),
+            };
+            let text = tc_words.join(" ");
+            match crate::config::keywords::CakeOptions::parse(&text) {
+                Ok(opts) => {
+                    let mut cake = st.cake.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    opts.apply_to(&mut cake);
+                    match apply_cake(st, cake) {
+                        Ok(()) => format!("ok {text}"),
+                        Err(e) => format!("error: {e}"),
+                    }
+                }
+                Err(e) => format!("error: {e}"),
+            }
+        }
+        _ => format!(
+            "error: unknown command '{line}'; use 'set rate <rate>', 'set diffserv <mode>', 'set overhead <n>', 'set flow-mode <mode>', 'stats' or 'stats json'"
+        ),
+    }
+}
+
+/// Listens on `path` (replacing a stale socket file) and serves commands until `stop` is set.
+pub fn serve(
+    path: &Path,
+    state: Arc<ControlState>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, ControlError> {
+    let bind_err = |source| ControlError::Bind {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.exists() && UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    let listener = UnixListener::bind(path).map_err(bind_err)?;
+    listener.set_nonblocking(true).map_err(bind_err)?;
+    let path = path.to_path_buf();
+    Ok(std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((s, _)) => serve_one(s, &state),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }))
+}
+
+fn serve_one(s: UnixStream, st: &ControlState) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let Ok(mut w) = s.try_clone() else { return };
+    for line in BufReader::new(s).lines() {
+        let Ok(line) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut reply = handle_command(st, line.trim());
+        if !reply.ends_with('\n') {
+            reply.push('\n');
+        }
+        if w.write_all(reply.as_bytes()).is_err() {
+            break;
+        }
+    }
+}
+
+/// The client side, for `cakewalk ctl`.
+pub mod client {
+    use super::*;
+
+    /// Sends `command` to the control socket at `path` and returns the reply.
+    ///
+    /// # Errors
+    /// [`ControlError`] when the socket cannot be reached or the exchange fails.
+    pub fn send(path: &Path, command: &str) -> Result<String, ControlError> {
+        let io = |source| ControlError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut s = UnixStream::connect(path).map_err(|source| ControlError::Connect {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).map_err(io)?;
+        s.write_all(command.trim().as_bytes()).map_err(io)?;
+        s.write_all(b"\n").map_err(io)?;
+        s.shutdown(std::net::Shutdown::Write).map_err(io)?;
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).map_err(io)?;
+        Ok(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[derive(Default)]
+    struct Probe {
+        rate: AtomicU64,
+        reconfigs: AtomicU64,
+    }
+
+    impl LiveTarget for Probe {
+        fn set_rate(&self, rate: Rate) {
+            self.rate.store(rate.bytes_per_sec(), Ordering::Relaxed);
+        }
+        fn reconfigure(&self, cake: &CakeConfig) -> Result<(), String> {
+            self.rate.store(cake.rate.bytes_per_sec(), Ordering::Relaxed);
+            self.reconfigs.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        fn rate(&self) -> Rate {
+            Rate::from_bytes_per_sec(self.rate.load(Ordering::Relaxed))
+        }
+    }
+
+    fn state(probe: Arc<Probe>) -> Arc<ControlState> {
+        Arc::new(ControlState {
+            targets: vec![probe],
+            cake: Mutex::new(CakeConfig::default()),
+            started_with: Config::default(),
+            latest_text: Arc::new(Mutex::new("text report".into())),
+            latest_json: Arc::new(Mutex::new("{}".into())),
+        })
+    }
+
+    #[test]
+    fn set_rate_and_cake_options_reach_every_target() {
+        let probe = Arc::new(Probe::default());
+        let st = state(probe.clone());
+        assert!(handle_command(&st, "set rate 8mbit").starts_with("ok"));
+        assert_eq!(probe.rate.load(Ordering::Relaxed), 1_000_000);
+        assert!(handle_command(&st, "set diffserv diffserv4").starts_with("ok"));
+        assert_eq!(probe.reconfigs.load(Ordering::Relaxed), 1);
+        assert_eq!(probe.rate.load(Ordering::Relaxed), 1_000_000, "rate kept");
+        assert!(handle_command(&st, "set rate fast").starts_with("error"));
+        assert!(handle_command(&st, "frobnicate").contains("unknown command"));
+        assert_eq!(handle_command(&st, "stats"), "text report");
+    }
+
+    #[test]
+    fn the_client_talks_to_the_server_over_a_unix_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let probe = Arc::new(Probe::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = serve(&path, state(probe.clone()), stop.clone()).unwrap();
+        let reply = client::send(&path, "set rate 16mbit").unwrap();
+        assert!(reply.starts_with("ok"), "{reply}");
+        assert_eq!(probe.rate.load(Ordering::Relaxed), 2_000_000);
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+        assert!(client::send(&path, "stats").is_err());
+    }
+}

@@ -222,6 +222,12 @@ impl<P: PortBuf> Running<P> {
         self.handoff.get(egress).map_or(0, |q| q.len())
     }
 
+    /// A function giving [`Running::handoff_len`] that outlives the engine (for reports).
+    pub fn handoff_counts(&self) -> impl Fn(usize) -> u64 + Send + Sync + 'static {
+        let h = self.handoff.clone();
+        move |e| h.get(e).map_or(0, |q| q.len() as u64)
+    }
+
     /// True once every polled receive queue said it will deliver nothing more.
     pub fn rx_finished(&self) -> bool {
         self.shared.rx_done.iter().all(|d| d.load(Relaxed))
@@ -426,24 +432,7 @@ fn queue_for(meta: &PacketMeta, queues: usize) -> usize {
     if queues <= 1 {
         return 0;
     }
-    // Until `classify` lands: a cheap keyed mix of the 5-tuple (or the NIC's hash).
-    let h = match meta.l4_hash {
-        Some(h) if !meta.keys_rewritten => u64::from(h),
-        _ => {
-            let k = &meta.keys;
-            let mut h = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(k.protocol);
-            for chunk in [&k.src_addr[8..16], &k.dst_addr[8..16]] {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(chunk);
-                h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x1000_0000_01b3);
-                h ^= h >> 29;
-            }
-            h ^= (u64::from(k.src_port) << 16) | u64::from(k.dst_port);
-            h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            h ^ (h >> 31)
-        }
-    };
-    ((h as u128 * queues as u128) >> 64) as usize
+    crate::classify::tx_queue_for(meta, queues)
 }
 
 impl<P: PortBuf> Worker<P> {

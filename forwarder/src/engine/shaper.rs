@@ -7,8 +7,9 @@
 //! dequeued packets to `transmit` while it holds the queue. Drops are counted by the queue
 //! itself ([`TxQueueStats`]) so conservation can be checked against the engine's own counts.
 
+use qdisc::cake::{Cake, CakeConfig};
 use qdisc::mq::{Intake, MqQdisc, NextRun, RunResult, TxQueue, TxQueueStats};
-use qdisc::{Packet, PacketMeta, Rate};
+use qdisc::{Packet, PacketMeta, Qdisc, Rate};
 
 /// Per-tin figures for stats output (CAKE's `tc -s` per-tin block).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -44,6 +45,93 @@ pub trait TinReport {
 }
 
 impl<P> TinReport for qdisc::fifo::Fifo<P> {}
+
+/// CAKE as one queue of a [`qdisc::mq::MultiQueue`]: a thin wrapper that delegates every
+/// call to [`Cake`] and adds the multi-queue construction and stats hooks.
+pub struct CakeQueue<P>(pub Cake<P>);
+
+impl<P: Packet> Qdisc<P> for CakeQueue<P> {
+    #[inline]
+    fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> qdisc::Enqueued {
+        self.0.enqueue(now_ns, pkt, meta)
+    }
+    #[inline]
+    fn dequeue(&mut self, now_ns: u64) -> qdisc::Dequeue<P> {
+        self.0.dequeue(now_ns)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn backlog_bytes(&self) -> u64 {
+        self.0.backlog_bytes()
+    }
+    #[inline]
+    fn try_bypass(&mut self, now_ns: u64, pkt: &P, meta: &PacketMeta) -> bool {
+        self.0.try_bypass(now_ns, pkt, meta)
+    }
+    fn set_rate(&mut self, rate: Rate) {
+        self.0.set_rate(rate);
+    }
+    fn rate(&self) -> Rate {
+        self.0.rate()
+    }
+    fn next_wakeup(&self) -> Option<u64> {
+        self.0.next_wakeup()
+    }
+}
+
+impl<P: Packet + Send> MqQdisc<P> for CakeQueue<P> {
+    type Config = CakeConfig;
+    type Error = qdisc::cake::ConfigError;
+
+    fn build(config: &CakeConfig) -> Result<Self, Self::Error> {
+        Cake::new(config).map(CakeQueue)
+    }
+
+    fn validate(config: &CakeConfig) -> Result<(), Self::Error> {
+        config.validate()
+    }
+
+    fn reconfigure(&mut self, config: &CakeConfig) -> Result<(), Self::Error> {
+        self.0.reconfigure(config)
+    }
+
+    fn config_rate(config: &CakeConfig) -> Rate {
+        config.rate
+    }
+}
+
+impl<P: Packet> TinReport for CakeQueue<P> {
+    fn tin_snapshots(&self) -> Vec<TinSnapshot> {
+        let names = self.0.tin_names();
+        let stats = self.0.stats();
+        stats
+            .active_tins()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let h = &t.delay_histogram;
+                let us = |q: f64| h.value_at_quantile(q) * 1000;
+                TinSnapshot {
+                    name: names.get(i).map_or_else(|| format!("tin{i}"), |n| n.to_string()),
+                    sent_packets: t.sent_packets,
+                    sent_bytes: t.sent_bytes,
+                    dropped_packets: t.dropped_packets,
+                    ecn_marked_packets: t.ecn_marked_packets,
+                    acks_dropped_packets: t.acks_dropped_packets,
+                    backlog_bytes: t.backlog_bytes,
+                    sparse_flows: u64::from(t.sparse_flows_reported()),
+                    bulk_flows: u64::from(t.bulk_flows),
+                    sojourn_ns: if h.is_empty() {
+                        [0; 4]
+                    } else {
+                        [us(0.5), us(0.99), us(0.999), h.max() * 1000]
+                    },
+                }
+            })
+            .collect()
+    }
+}
 
 /// One TX queue as the engine sees it.
 pub trait Shaper<P>: Send + Sync {

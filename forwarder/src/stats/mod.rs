@@ -1,4 +1,463 @@
-//! Counting and reporting: the engine's per-worker counter blocks ([`counters`]), and the
-//! reports built from them.
+//! Counting and reporting. The engine's per-worker counter blocks live in [`counters`]; this
+//! module turns them, the TX queues' own counters and the synth sink's figures into a
+//! [`Report`]: a one-line live view on stderr each interval, one JSON object per interval in
+//! a file (`--stats-json`), Prometheus text on a loopback TCP port ([`prometheus`]), and a
+//! final report whose conservation line checks, exactly, that every received packet was
+//! transmitted, dropped (by reason) or is still queued.
+//!
+//! Nothing here runs on the data path: reports are built by the supervising thread.
 
 pub mod counters;
+pub mod prometheus;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use qdisc::mq::TxQueueStats;
+use qdisc::{DropReason, Rate};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{EngineShared, TinSnapshot};
+use crate::port::synth::{SynthStats, SynthTotals};
+use counters::{egress, port, Snapshot};
+
+/// The `[stats]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatsConfig {
+    /// Seconds between live lines ("1s").
+    pub interval: String,
+    /// Print the live line on stderr.
+    pub live: bool,
+    /// Append one JSON object per interval to this file.
+    pub json: Option<PathBuf>,
+    /// Serve Prometheus text on this address ("127.0.0.1:9187"); loopback only unless
+    /// `prometheus_public` is set.
+    pub prometheus: Option<String>,
+    /// Allow a non-loopback Prometheus address.
+    pub prometheus_public: bool,
+    /// The control socket path (empty: `$XDG_RUNTIME_DIR/cakewalk.sock`, or
+    /// `/run/cakewalk.sock` as root, or `/tmp/cakewalk-$UID.sock`); "off" disables it.
+    pub control_socket: String,
+}
+
+impl Default for StatsConfig {
+    fn default() -> Self {
+        StatsConfig {
+            interval: "1s".into(),
+            live: true,
+            json: None,
+            prometheus: None,
+            prometheus_public: false,
+            control_socket: String::new(),
+        }
+    }
+}
+
+/// A read-only view of one TX queue for reports.
+pub trait QueueView: Send + Sync {
+    /// The queue's counters.
+    fn stats(&self) -> TxQueueStats;
+    /// Packets waiting in the queue.
+    fn backlog(&self) -> u64;
+    /// Per-tin figures (may be empty).
+    fn tins(&self) -> Vec<TinSnapshot>;
+    /// The configured global rate.
+    fn rate(&self) -> Rate;
+}
+
+/// Everything a report is built from.
+pub struct Sources {
+    /// Port names, by index.
+    pub port_names: Vec<String>,
+    /// The engine's counters.
+    pub engine: Arc<EngineShared>,
+    /// Per egress queue: its view.
+    pub queues: Vec<Arc<dyn QueueView>>,
+    /// Synth ports: (port index, figures).
+    pub synth: Vec<(usize, Arc<SynthStats>)>,
+    /// Packets handed between workers and not yet sent, per egress.
+    pub handoff: Box<dyn Fn(usize) -> u64 + Send + Sync>,
+}
+
+/// One port's figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PortReport {
+    /// Name.
+    pub port: String,
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames transmitted.
+    pub tx_packets: u64,
+    /// Bytes transmitted.
+    pub tx_bytes: u64,
+    /// Frames the parser found malformed (forwarded as non-IP).
+    pub malformed: u64,
+    /// Receive rate over the interval, bit/s.
+    pub rx_bps: f64,
+    /// Transmit rate over the interval, bit/s.
+    pub tx_bps: f64,
+    /// Transmit rate over the interval, packets/s.
+    pub tx_pps: f64,
+}
+
+/// One TX queue's figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueueReport {
+    /// Egress port name.
+    pub port: String,
+    /// Queue number on that port.
+    pub queue: usize,
+    /// Packets that took the bypass.
+    pub bypass: u64,
+    /// Packets taken into the qdisc.
+    pub enqueued: u64,
+    /// Packets the qdisc released.
+    pub dequeued: u64,
+    /// Drops by reason.
+    pub drops: BTreeMap<&'static str, u64>,
+    /// Packets waiting (qdisc, intake, transmit burst, hand-off).
+    pub queued: u64,
+    /// Configured global rate, bit/s (0 = unlimited).
+    pub rate_bps: u64,
+    /// Per-tin figures.
+    pub tins: Vec<TinSnapshot>,
+}
+
+/// One synth port's end-to-end figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SynthReport {
+    /// Port name (the generator's).
+    pub port: String,
+    /// Counters.
+    #[serde(flatten)]
+    pub totals: SynthTotals,
+    /// Generated but not received (dropped, or still in flight).
+    pub lost: u64,
+    /// One-way delay percentiles (ns) since the start: p50, p99, p99.9, max.
+    pub delay_ns: [u64; 4],
+}
+
+/// received = transmitted + dropped + queued, exactly.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Conservation {
+    /// Frames received on every port.
+    pub received: u64,
+    /// Frames transmitted on every port.
+    pub transmitted: u64,
+    /// Frames dropped, every reason.
+    pub dropped: u64,
+    /// Frames still queued.
+    pub queued: u64,
+    /// The equation holds.
+    pub ok: bool,
+}
+
+/// A full report.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    /// Seconds since the start.
+    pub elapsed_s: f64,
+    /// Per port.
+    pub ports: Vec<PortReport>,
+    /// Per TX queue.
+    pub queues: Vec<QueueReport>,
+    /// Drops by reason, over all queues.
+    pub drops: BTreeMap<&'static str, u64>,
+    /// Synth ports.
+    pub synth: Vec<SynthReport>,
+    /// The conservation check.
+    pub conservation: Conservation,
+}
+
+/// Percentiles p50, p99, p99.9 and max of `h`.
+pub fn percentiles(h: &hdrhistogram::Histogram<u64>) -> [u64; 4] {
+    if h.is_empty() {
+        return [0; 4];
+    }
+    [
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.99),
+        h.value_at_quantile(0.999),
+        h.max(),
+    ]
+}
+
+/// Builds reports and remembers the previous snapshot for interval rates.
+pub struct Reporter {
+    sources: Sources,
+    last: Option<(Snapshot, f64)>,
+}
+
+impl Reporter {
+    /// A reporter over `sources`.
+    pub fn new(sources: Sources) -> Reporter {
+        Reporter {
+            sources,
+            last: None,
+        }
+    }
+
+    /// Builds a report at `elapsed_s`.
+    pub fn report(&mut self, elapsed_s: f64) -> Report {
+        let s = &self.sources;
+        let snap = s.engine.snapshot();
+        let layout = snap.layout;
+        let (dt, prev) = match &self.last {
+            Some((p, t)) if elapsed_s > *t => (elapsed_s - t, Some(p)),
+            _ => (elapsed_s.max(1e-9), None),
+        };
+        let delta = prev.map(|p| snap.delta(p));
+        let d = delta.as_ref().unwrap_or(&snap);
+        let mut ports = Vec::new();
+        for p in 0..layout.ports {
+            let (txp, txb) = snap.port_tx(p);
+            let (dtxp, dtxb) = d.port_tx(p);
+            ports.push(PortReport {
+                port: s.port_names.get(p).cloned().unwrap_or_else(|| p.to_string()),
+                rx_packets: snap.port(p, port::RX_PACKETS),
+                rx_bytes: snap.port(p, port::RX_BYTES),
+                tx_packets: txp,
+                tx_bytes: txb,
+                malformed: snap.port(p, port::MALFORMED),
+                rx_bps: d.port(p, port::RX_BYTES) as f64 * 8.0 / dt,
+                tx_bps: dtxb as f64 * 8.0 / dt,
+                tx_pps: dtxp as f64 / dt,
+            });
+        }
+        let mut queues = Vec::new();
+        let mut drops_total: BTreeMap<&'static str, u64> =
+            DropReason::ALL.iter().map(|r| (r.name(), 0)).collect();
+        let mut dropped = 0u64;
+        let mut queued_total = 0u64;
+        for (e, q) in s.queues.iter().enumerate() {
+            let st = q.stats();
+            let mut drops = BTreeMap::new();
+            for r in DropReason::ALL {
+                let mut n = st.drops(r) + snap.drops(e, r);
+                if r == DropReason::Aqm {
+                    n += st.dequeue_drops;
+                }
+                drops.insert(r.name(), n);
+                *drops_total.entry(r.name()).or_default() += n;
+                dropped += n;
+            }
+            let queued =
+                q.backlog() + snap.egress(e, egress::PENDING) + (s.handoff)(e);
+            queued_total += queued;
+            queues.push(QueueReport {
+                port: s
+                    .port_names
+                    .get(e / layout.queues)
+                    .cloned()
+                    .unwrap_or_default(),
+                queue: e % layout.queues,
+                bypass: st.bypassed,
+                enqueued: st.enqueued,
+                dequeued: st.dequeued,
+                drops,
+                queued,
+                rate_bps: q.rate().bits_per_sec(),
+                tins: q.tins(),
+            });
+        }
+        let synth = s
+            .synth
+            .iter()
+            .map(|(p, st)| {
+                let totals = st.totals();
+                let delay = percentiles(&st.delay_total.lock().unwrap_or_else(|e| e.into_inner()));
+                SynthReport {
+                    port: s.port_names.get(*p).cloned().unwrap_or_default(),
+                    lost: totals
+                        .sent_packets
+                        .saturating_sub(totals.received_packets),
+                    totals,
+                    delay_ns: delay,
+                }
+            })
+            .collect();
+        let received: u64 = ports.iter().map(|p| p.rx_packets).sum();
+        let transmitted: u64 = ports.iter().map(|p| p.tx_packets).sum();
+        let conservation = Conservation {
+            received,
+            transmitted,
+            dropped,
+            queued: queued_total,
+            ok: received == transmitted + dropped + queued_total,
+        };
+        self.last = Some((snap, elapsed_s));
+        Report {
+            elapsed_s,
+            ports,
+            queues,
+            drops: drops_total,
+            synth,
+            conservation,
+        }
+    }
+}
+
+/// Formats bits per second like tc ("1.23Gbit").
+pub fn fmt_bps(bps: f64) -> String {
+    let (v, u) = if bps >= 1e9 {
+        (bps / 1e9, "Gbit")
+    } else if bps >= 1e6 {
+        (bps / 1e6, "Mbit")
+    } else if bps >= 1e3 {
+        (bps / 1e3, "Kbit")
+    } else {
+        (bps, "bit")
+    };
+    format!("{v:.2}{u}")
+}
+
+fn fmt_ns(ns: u64) -> String {
+    if ns >= 1_000_000 {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    } else if ns >= 1_000 {
+        format!("{:.1}us", ns as f64 / 1e3)
+    } else {
+        format!("{ns}ns")
+    }
+}
+
+impl Report {
+    /// The one-line live view.
+    pub fn live_line(&self, interval_delay_ns: Option<[u64; 4]>) -> String {
+        let mut out = format!("[{:6.1}s]", self.elapsed_s);
+        for p in &self.ports {
+            let _ = write!(
+                out,
+                " {} rx {} tx {} ({:.3} Mpps)",
+                p.port,
+                fmt_bps(p.rx_bps),
+                fmt_bps(p.tx_bps),
+                p.tx_pps / 1e6
+            );
+        }
+        let drops: Vec<String> = self
+            .drops
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| format!("{r}={n}"))
+            .collect();
+        let _ = write!(
+            out,
+            " | drops {} | queued {}",
+            if drops.is_empty() {
+                "0".to_string()
+            } else {
+                drops.join(",")
+            },
+            self.conservation.queued
+        );
+        if let Some(d) = interval_delay_ns {
+            let _ = write!(out, " | delay p50 {} p99 {}", fmt_ns(d[0]), fmt_ns(d[1]));
+        }
+        out
+    }
+
+    /// The conservation line.
+    pub fn conservation_line(&self) -> String {
+        let c = &self.conservation;
+        let reasons: Vec<String> = self
+            .drops
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        format!(
+            "conservation: received {} = transmitted {} + dropped {}{} + queued {}: {}",
+            c.received,
+            c.transmitted,
+            c.dropped,
+            if reasons.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", reasons.join(", "))
+            },
+            c.queued,
+            if c.ok { "ok" } else { "MISMATCH" }
+        )
+    }
+
+    /// The multi-line final report.
+    pub fn final_text(&self) -> String {
+        let mut out = format!("cakewalk final report after {:.2}s\n", self.elapsed_s);
+        for p in &self.ports {
+            let _ = writeln!(
+                out,
+                "port {}: rx {} pkts {} bytes, tx {} pkts {} bytes, malformed {}",
+                p.port, p.rx_packets, p.rx_bytes, p.tx_packets, p.tx_bytes, p.malformed
+            );
+        }
+        for q in &self.queues {
+            let drops: Vec<String> = q
+                .drops
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(r, n)| format!("{r} {n}"))
+                .collect();
+            let rate = if q.rate_bps == 0 {
+                "unlimited".to_string()
+            } else {
+                fmt_bps(q.rate_bps as f64)
+            };
+            let _ = writeln!(
+                out,
+                "queue {}/{}: rate {rate}, bypass {}, enqueued {}, dequeued {}, queued {}, drops {}",
+                q.port,
+                q.queue,
+                q.bypass,
+                q.enqueued,
+                q.dequeued,
+                q.queued,
+                if drops.is_empty() { "0".into() } else { drops.join(", ") }
+            );
+            for t in &q.tins {
+                let _ = writeln!(
+                    out,
+                    "  tin {}: sent {} pkts {} bytes, dropped {}, marks {}, sparse {} bulk {}, sojourn p50 {} p99 {} p99.9 {} max {}",
+                    t.name,
+                    t.sent_packets,
+                    t.sent_bytes,
+                    t.dropped_packets,
+                    t.ecn_marked_packets,
+                    t.sparse_flows,
+                    t.bulk_flows,
+                    fmt_ns(t.sojourn_ns[0]),
+                    fmt_ns(t.sojourn_ns[1]),
+                    fmt_ns(t.sojourn_ns[2]),
+                    fmt_ns(t.sojourn_ns[3]),
+                );
+            }
+        }
+        for s in &self.synth {
+            let t = &s.totals;
+            let _ = writeln!(
+                out,
+                "synth {}: sent {} received {} lost {} reordered {} duplicates {} ce {} foreign {}, one-way delay p50 {} p99 {} p99.9 {} max {}",
+                s.port,
+                t.sent_packets,
+                t.received_packets,
+                s.lost,
+                t.reordered,
+                t.duplicates,
+                t.ce_marked,
+                t.foreign,
+                fmt_ns(s.delay_ns[0]),
+                fmt_ns(s.delay_ns[1]),
+                fmt_ns(s.delay_ns[2]),
+                fmt_ns(s.delay_ns[3]),
+            );
+        }
+        out.push_str(&self.conservation_line());
+        out.push('\n');
+        out
+    }
+}

@@ -2,12 +2,14 @@
 # Entry point of the cakewalk image. Before running the command it:
 #  1. reports the capabilities the lab needs and lacks (NET_ADMIN, NET_RAW from CapEff in
 #     /proc/self/status) and whether hugepages are there (only DPDK needs them);
-#  2. adds lab addresses (CW_ADDR="fd00:cafe::1/64"), so two containers on different Docker
+#  2. waits (up to 30 s) for the interfaces in CW_WAIT_IFACES ("eth1 eth2"), which
+#     containerlab attaches after the container has started;
+#  3. adds lab addresses (CW_ADDR="fd00:cafe::1/64"), so two containers on different Docker
 #     networks can share one subnet bridged by the forwarder;
-#  3. turns checksum and segmentation offloads off on the interfaces named in CW_OFFLOADS_OFF
+#  4. turns checksum and segmentation offloads off on the interfaces named in CW_OFFLOADS_OFF
 #     ("eth0 eth1", or "all"), so frames crossing an AF_PACKET forwarder carry real checksums
 #     and are never GSO/GRO super-frames;
-#  4. resolves CW_IFACE_A_NET / CW_IFACE_B_NET (an IPv4 prefix like "198.19.10.") to the
+#  5. resolves CW_IFACE_A_NET / CW_IFACE_B_NET (an IPv4 prefix like "198.19.10.") to the
 #     interface that has an address in it and exports CW_IFACE_A / CW_IFACE_B, because Docker
 #     does not promise which network becomes eth0.
 # Then it execs the command; "$CW_IFACE_A"-style references in it are expanded by `sh -c` when
@@ -26,6 +28,12 @@ hp=$(awk '/^HugePages_Total:/ { print $2 }' /proc/meminfo 2>/dev/null || echo 0)
 if [ "${hp:-0}" = 0 ] || ! grep -q hugetlbfs /proc/mounts; then
   log "no hugepages mounted (only DPDK ports need them: run hugepage-setup on the host and mount /dev/hugepages)"
 fi
+
+for dev in ${CW_WAIT_IFACES:-}; do
+  for _ in $(seq 1 300); do [ -e "/sys/class/net/$dev" ] && break; sleep 0.1; done
+  [ -e "/sys/class/net/$dev" ] || { log "interface $dev did not appear within 30 s"; exit 1; }
+  ip link set "$dev" up 2>/dev/null || true
+done
 
 if [ -n "${CW_ADDR:-}" ]; then
   dev=${CW_ADDR_DEV:-eth0}

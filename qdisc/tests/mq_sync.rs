@@ -301,3 +301,166 @@ fn a_global_rate_change_reaches_every_queue_at_its_next_run() {
         );
     }
 }
+
+mod cake_sync {
+    //! The sync only ever calls `set_rate`: with CAKE, a queue whose share flips at every run
+    //! dequeues in exactly the order of a CAKE that never saw a sync (seed 000: Linux's
+    //! `15c2715a` purged tins and moved the cursors here).
+
+    use qdisc::cake::{Cake, CakeConfig, DiffservMode};
+    use qdisc::mq::{MultiQueue, NextRun, RunResult, SyncConfig, SyncPolicy, TxQueueOptions};
+    use qdisc::{Dequeue, FlowKeys, L3Kind, Packet, PacketMeta, Qdisc, Rate};
+
+    #[derive(Debug)]
+    struct Pkt {
+        flow: u32,
+        seq: u32,
+        len: usize,
+    }
+
+    impl Packet for Pkt {
+        fn len(&self) -> usize {
+            self.len
+        }
+
+        fn set_ce(&mut self) -> bool {
+            false
+        }
+    }
+
+    fn meta(flow: u32) -> PacketMeta {
+        let mut keys = FlowKeys {
+            l3: L3Kind::Ipv4,
+            protocol: 17,
+            src_port: 2000 + flow as u16,
+            dst_port: 443,
+            ..FlowKeys::default()
+        };
+        keys.src_addr[10..12].copy_from_slice(&[0xff, 0xff]);
+        keys.src_addr[12..16].copy_from_slice(&[10, 0, 0, 1 + (flow % 4) as u8]);
+        keys.dst_addr[10..12].copy_from_slice(&[0xff, 0xff]);
+        keys.dst_addr[12..16].copy_from_slice(&[10, 1, 0, 1]);
+        PacketMeta {
+            keys,
+            l2_len: 14,
+            ..PacketMeta::default()
+        }
+    }
+
+    fn packets() -> Vec<(Pkt, PacketMeta)> {
+        let mut v = Vec::new();
+        for seq in 0..8 {
+            for flow in 0..32 {
+                let len = 64 + ((flow * 97 + seq * 389) % 1436) as usize;
+                v.push((Pkt { flow, seq, len }, meta(flow)));
+            }
+        }
+        v
+    }
+
+    fn config() -> CakeConfig {
+        CakeConfig {
+            rate: Rate::from_bits_per_sec(10_000_000_000),
+            diffserv: DiffservMode::Besteffort,
+            ..CakeConfig::default()
+        }
+    }
+
+    #[test]
+    fn rate_syncs_never_change_cakes_dequeue_order() {
+        let mut reference = Cake::new(&config()).unwrap();
+        for (p, m) in packets() {
+            reference.enqueue(0, p, &m);
+        }
+        let mut expected = Vec::new();
+        let mut now = 0;
+        loop {
+            match reference.dequeue(now) {
+                Dequeue::Packet(p) => expected.push((p.flow, p.seq)),
+                Dequeue::NotBefore(t) => now = t,
+                Dequeue::Empty => break,
+            }
+        }
+
+        let options = TxQueueOptions {
+            intake_capacity: 1024,
+            bypass: false,
+            sync: SyncConfig {
+                policy: SyncPolicy::Equal,
+                sync_interval_ns: 0,
+                ..SyncConfig::default()
+            },
+        };
+        let mq: MultiQueue<Pkt, Cake<Pkt>> =
+            MultiQueue::from_config(2, options, &config()).unwrap();
+        let (q, sibling) = (mq.queue(0), mq.queue(1));
+        for (p, m) in packets() {
+            q.enqueue(0, p, &m);
+        }
+        let mut got = Vec::new();
+        let mut shares = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        let mut now = 0;
+        for step in 0u32..100_000 {
+            // The sibling wakes up on every fourth step, so queue 0's share flips between
+            // the full rate and half of it.
+            if step % 4 == 0 {
+                sibling.enqueue(
+                    now,
+                    Pkt {
+                        flow: 999,
+                        seq: step,
+                        len: 64,
+                    },
+                    &meta(999),
+                );
+                sibling.run(now, 8, &mut Vec::new(), |o| o.clear());
+            }
+            let r = q.run(now, 1, &mut out, |o| {
+                got.extend(o.drain(..).map(|p: Pkt| (p.flow, p.seq)));
+            });
+            shares.insert(q.stats().share);
+            match r {
+                RunResult::Ran {
+                    next: NextRun::Idle,
+                    ..
+                } => break,
+                RunResult::Ran {
+                    next: NextRun::At(t),
+                    ..
+                } => now = now.max(t),
+                _ => now += 1_000,
+            }
+        }
+        assert!(shares.len() >= 2, "the share never changed: {shares:?}");
+        assert!(q.stats().syncs > 100);
+        assert_eq!(got.len(), expected.len());
+        assert_eq!(got, expected, "a sync changed the dequeue order");
+    }
+
+    #[test]
+    fn a_reconfigure_reaches_every_queue_and_the_share_follows_the_new_rate() {
+        let options = TxQueueOptions::default();
+        let mq: MultiQueue<Pkt, Cake<Pkt>> =
+            MultiQueue::from_config(3, options, &config()).unwrap();
+        let new = CakeConfig {
+            rate: Rate::from_bits_per_sec(300_000_000),
+            diffserv: DiffservMode::Diffserv4,
+            ..config()
+        };
+        mq.reconfigure(&new).unwrap();
+        let bad = CakeConfig {
+            target_ns: 0,
+            ..config()
+        };
+        if mq.reconfigure(&bad).is_err() {
+            assert_eq!(mq.rate(), new.rate);
+        }
+        for (i, q) in mq.queues().iter().enumerate() {
+            q.run(1_000, 8, &mut Vec::new(), |o| o.clear());
+            let diffserv = q.try_with_qdisc(|c| c.config().diffserv).unwrap();
+            assert_eq!(diffserv, DiffservMode::Diffserv4, "queue {i}");
+            assert_eq!(q.stats().share, new.rate, "queue {i} is alone active");
+        }
+    }
+}

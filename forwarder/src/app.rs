@@ -197,6 +197,8 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
     let mut rx: Vec<Vec<Box<dyn PortRx<Buf = PoolBuf>>>> = Vec::new();
     let mut tx: Vec<Vec<Box<dyn PortTx<Buf = PoolBuf>>>> = Vec::new();
     let mut synth = Vec::new();
+    // One set of figures for every synth port: generators on one side, sinks on the other.
+    let synth_stats = Arc::new(SynthStats::default());
     let specs: [&PortSpec; 2] = [&cfg.a, &cfg.b];
     for (p, spec) in specs.iter().enumerate() {
         let name = cfg.port_name(p);
@@ -205,7 +207,7 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
         let mut ptx: Vec<Box<dyn PortTx<Buf = PoolBuf>>> = Vec::new();
         match spec.kind {
             PortKind::Synth => {
-                let stats = Arc::new(SynthStats::default());
+                let stats = synth_stats.clone();
                 let generate = p == 0 || cfg.synth.both_directions;
                 let plan = SynthPlan::new(&cfg.synth, p as u8)
                     .with_context(|| format!("port {name}: [ports.synth]"))?;
@@ -218,7 +220,9 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                 for _ in 0..tx_queues {
                     ptx.push(Box::new(SynthTx::new(plan.flows(), stats.clone())));
                 }
-                synth.push((p, stats));
+                if synth.is_empty() {
+                    synth.push((p, stats));
+                }
             }
             PortKind::Pcap => {
                 let counters = Arc::new(PcapCounters::default());

@@ -71,7 +71,9 @@ pub fn default_socket_path() -> PathBuf {
 
 fn unix_uid() -> u32 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0)
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0)
 }
 
 /// Something a control command can change live: all TX queues of one port.
@@ -284,7 +286,8 @@ pub mod client {
             path: path.to_path_buf(),
             source,
         })?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).map_err(io)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(io)?;
         s.write_all(command.trim().as_bytes()).map_err(io)?;
         s.write_all(b"\n").map_err(io)?;
         s.shutdown(std::net::Shutdown::Write).map_err(io)?;
@@ -310,7 +313,8 @@ mod tests {
             self.rate.store(rate.bytes_per_sec(), Ordering::Relaxed);
         }
         fn reconfigure(&self, cake: &CakeConfig) -> Result<(), String> {
-            self.rate.store(cake.rate.bytes_per_sec(), Ordering::Relaxed);
+            self.rate
+                .store(cake.rate.bytes_per_sec(), Ordering::Relaxed);
             self.reconfigs.fetch_add(1, Ordering::Relaxed);
             Ok(())
         }

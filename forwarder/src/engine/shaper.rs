@@ -113,7 +113,9 @@ impl<P: Packet> TinReport for CakeQueue<P> {
                 let h = &t.delay_histogram;
                 let us = |q: f64| h.value_at_quantile(q) * 1000;
                 TinSnapshot {
-                    name: names.get(i).map_or_else(|| format!("tin{i}"), |n| n.to_string()),
+                    name: names
+                        .get(i)
+                        .map_or_else(|| format!("tin{i}"), |n| n.to_string()),
                     sent_packets: t.sent_packets,
                     sent_bytes: t.sent_bytes,
                     dropped_packets: t.dropped_packets,
@@ -267,7 +269,9 @@ mod tests {
         ));
         let mut sent = Vec::new();
         let mut out = Vec::new();
-        s.run(1, 32, &mut out, &mut |o: &mut Vec<TestPacket>| sent.append(o));
+        s.run(1, 32, &mut out, &mut |o: &mut Vec<TestPacket>| {
+            sent.append(o)
+        });
         assert!(out.is_empty());
     }
 

@@ -199,7 +199,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.a.kind, PortKind::Pcap);
-        assert_eq!(c.b.output.as_deref(), Some(std::path::Path::new("out.pcap")));
+        assert_eq!(
+            c.b.output.as_deref(),
+            Some(std::path::Path::new("out.pcap"))
+        );
         assert!(toml::from_str::<PortsConfig>("bogus = 1").is_err());
     }
 }

@@ -268,7 +268,9 @@ impl PortTx for PcapTx {
                     Ok(()) => self.written += 1,
                     Err(e) => {
                         if self.errors == 0 {
-                            eprintln!("error: pcap output write failed: {e}; later frames may be lost");
+                            eprintln!(
+                                "error: pcap output write failed: {e}; later frames may be lost"
+                            );
                         }
                         self.errors += 1;
                     }

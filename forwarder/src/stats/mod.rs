@@ -218,7 +218,11 @@ impl Reporter {
             let (txp, txb) = snap.port_tx(p);
             let (dtxp, dtxb) = d.port_tx(p);
             ports.push(PortReport {
-                port: s.port_names.get(p).cloned().unwrap_or_else(|| p.to_string()),
+                port: s
+                    .port_names
+                    .get(p)
+                    .cloned()
+                    .unwrap_or_else(|| p.to_string()),
                 rx_packets: snap.port(p, port::RX_PACKETS),
                 rx_bytes: snap.port(p, port::RX_BYTES),
                 tx_packets: txp,
@@ -246,8 +250,7 @@ impl Reporter {
                 *drops_total.entry(r.name()).or_default() += n;
                 dropped += n;
             }
-            let queued =
-                q.backlog() + snap.egress(e, egress::PENDING) + (s.handoff)(e);
+            let queued = q.backlog() + snap.egress(e, egress::PENDING) + (s.handoff)(e);
             queued_total += queued;
             queues.push(QueueReport {
                 port: s
@@ -273,9 +276,7 @@ impl Reporter {
                 let delay = percentiles(&st.delay_total.lock().unwrap_or_else(|e| e.into_inner()));
                 SynthReport {
                     port: s.port_names.get(*p).cloned().unwrap_or_default(),
-                    lost: totals
-                        .sent_packets
-                        .saturating_sub(totals.received_packets),
+                    lost: totals.sent_packets.saturating_sub(totals.received_packets),
                     totals,
                     delay_ns: delay,
                 }
@@ -441,8 +442,7 @@ impl Report {
             let t = &s.totals;
             let _ = writeln!(
                 out,
-                "synth {}: sent {} received {} lost {} reordered {} duplicates {} ce {} foreign {}, one-way delay p50 {} p99 {} p99.9 {} max {}",
-                s.port,
+                "synth: sent {} received {} lost {} reordered {} duplicates {} ce {} foreign {}, one-way delay p50 {} p99 {} p99.9 {} max {}",
                 t.sent_packets,
                 t.received_packets,
                 s.lost,

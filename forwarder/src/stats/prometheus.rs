@@ -36,17 +36,44 @@ pub enum PrometheusError {
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let mut metric = |name: &str, help: &str, kind: &str| {
-        let _ = writeln!(o, "# HELP cakewalk_{name} {help}\n# TYPE cakewalk_{name} {kind}");
+        let _ = writeln!(
+            o,
+            "# HELP cakewalk_{name} {help}\n# TYPE cakewalk_{name} {kind}"
+        );
     };
     metric("rx_packets_total", "Frames received per port.", "counter");
-    metric("tx_packets_total", "Frames transmitted per port.", "counter");
+    metric(
+        "tx_packets_total",
+        "Frames transmitted per port.",
+        "counter",
+    );
     let mut o2 = o;
     for p in &r.ports {
-        let _ = writeln!(o2, "cakewalk_rx_packets_total{{port=\"{}\"}} {}", p.port, p.rx_packets);
-        let _ = writeln!(o2, "cakewalk_rx_bytes_total{{port=\"{}\"}} {}", p.port, p.rx_bytes);
-        let _ = writeln!(o2, "cakewalk_tx_packets_total{{port=\"{}\"}} {}", p.port, p.tx_packets);
-        let _ = writeln!(o2, "cakewalk_tx_bytes_total{{port=\"{}\"}} {}", p.port, p.tx_bytes);
-        let _ = writeln!(o2, "cakewalk_malformed_total{{port=\"{}\"}} {}", p.port, p.malformed);
+        let _ = writeln!(
+            o2,
+            "cakewalk_rx_packets_total{{port=\"{}\"}} {}",
+            p.port, p.rx_packets
+        );
+        let _ = writeln!(
+            o2,
+            "cakewalk_rx_bytes_total{{port=\"{}\"}} {}",
+            p.port, p.rx_bytes
+        );
+        let _ = writeln!(
+            o2,
+            "cakewalk_tx_packets_total{{port=\"{}\"}} {}",
+            p.port, p.tx_packets
+        );
+        let _ = writeln!(
+            o2,
+            "cakewalk_tx_bytes_total{{port=\"{}\"}} {}",
+            p.port, p.tx_bytes
+        );
+        let _ = writeln!(
+            o2,
+            "cakewalk_malformed_total{{port=\"{}\"}} {}",
+            p.port, p.malformed
+        );
     }
     for q in &r.queues {
         let l = format!("port=\"{}\",queue=\"{}\"", q.port, q.queue);
@@ -58,19 +85,47 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o2, "cakewalk_rate_bits_per_second{{{l}}} {}", q.rate_bps);
         for t in &q.tins {
             let tl = format!("{l},tin=\"{}\"", t.name);
-            let _ = writeln!(o2, "cakewalk_tin_sent_packets_total{{{tl}}} {}", t.sent_packets);
-            let _ = writeln!(o2, "cakewalk_tin_dropped_packets_total{{{tl}}} {}", t.dropped_packets);
-            let _ = writeln!(o2, "cakewalk_tin_ecn_marked_packets_total{{{tl}}} {}", t.ecn_marked_packets);
+            let _ = writeln!(
+                o2,
+                "cakewalk_tin_sent_packets_total{{{tl}}} {}",
+                t.sent_packets
+            );
+            let _ = writeln!(
+                o2,
+                "cakewalk_tin_dropped_packets_total{{{tl}}} {}",
+                t.dropped_packets
+            );
+            let _ = writeln!(
+                o2,
+                "cakewalk_tin_ecn_marked_packets_total{{{tl}}} {}",
+                t.ecn_marked_packets
+            );
             let _ = writeln!(o2, "cakewalk_tin_sparse_flows{{{tl}}} {}", t.sparse_flows);
             let _ = writeln!(o2, "cakewalk_tin_bulk_flows{{{tl}}} {}", t.bulk_flows);
-            let _ = writeln!(o2, "cakewalk_tin_sojourn_p99_seconds{{{tl}}} {}", t.sojourn_ns[1] as f64 / 1e9);
+            let _ = writeln!(
+                o2,
+                "cakewalk_tin_sojourn_p99_seconds{{{tl}}} {}",
+                t.sojourn_ns[1] as f64 / 1e9
+            );
         }
     }
     for s in &r.synth {
         let l = format!("port=\"{}\"", s.port);
-        let _ = writeln!(o2, "cakewalk_synth_sent_packets_total{{{l}}} {}", s.totals.sent_packets);
-        let _ = writeln!(o2, "cakewalk_synth_received_packets_total{{{l}}} {}", s.totals.received_packets);
-        let _ = writeln!(o2, "cakewalk_synth_delay_p99_seconds{{{l}}} {}", s.delay_ns[1] as f64 / 1e9);
+        let _ = writeln!(
+            o2,
+            "cakewalk_synth_sent_packets_total{{{l}}} {}",
+            s.totals.sent_packets
+        );
+        let _ = writeln!(
+            o2,
+            "cakewalk_synth_received_packets_total{{{l}}} {}",
+            s.totals.received_packets
+        );
+        let _ = writeln!(
+            o2,
+            "cakewalk_synth_delay_p99_seconds{{{l}}} {}",
+            s.delay_ns[1] as f64 / 1e9
+        );
     }
     let c = &r.conservation;
     let _ = writeln!(o2, "cakewalk_conservation_ok {}", u8::from(c.ok));

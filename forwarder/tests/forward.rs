@@ -1,0 +1,296 @@
+//! The real `cakewalk` binary on software ports: synth -> forwarder -> synth sink, pcap in ->
+//! pcap out, SIGINT, and the control socket. Every run is bounded by a packet count or a
+//! duration; rates are checked as ratios with generous bounds, never against wall-clock
+//! thresholds.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn cakewalk() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cakewalk"))
+}
+
+fn run_ok(args: &[&str]) -> (String, String) {
+    let out: Output = cakewalk()
+        .arg("run")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        out.status.success(),
+        "cakewalk run {args:?} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    (stdout, stderr)
+}
+
+fn json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .expect("stats json written")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
+        .collect()
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn ctl_path(dir: &Path) -> PathBuf {
+    dir.join("ctl.sock")
+}
+
+#[test]
+fn unshaped_synth_run_delivers_every_packet_with_conservation() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("stats.json");
+    let (stdout, _) = run_ok(&[
+        "--rate",
+        "unlimited",
+        "--duration",
+        "30s",
+        "--stats-json",
+        &s(&json),
+        "--control",
+        &s(&ctl_path(dir.path())),
+        "--set",
+        "ports.synth.packets=100000",
+        "--set",
+        "ports.synth.rate=\"200mbit\"",
+    ]);
+    assert!(stdout.contains("stopped: inputs finished"), "{stdout}");
+    assert!(
+        stdout.contains("conservation: received 100000 = transmitted 100000"),
+        "{stdout}"
+    );
+    let last = json_lines(&json).pop().unwrap();
+    let synth = &last["synth"][0];
+    assert_eq!(synth["sent_packets"], 100000);
+    assert_eq!(synth["received_packets"], 100000);
+    assert_eq!(synth["lost"], 0);
+    assert_eq!(synth["reordered"], 0);
+    assert_eq!(synth["duplicates"], 0);
+    assert_eq!(last["conservation"]["ok"], true);
+}
+
+#[test]
+fn shaped_synth_run_delivers_about_the_configured_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("stats.json");
+    let (stdout, _) = run_ok(&[
+        "--rate",
+        "40mbit",
+        "--duration",
+        "3s",
+        "--stats-json",
+        &s(&json),
+        "--control",
+        &s(&ctl_path(dir.path())),
+        "--set",
+        "ports.synth.rate=\"120mbit\"",
+    ]);
+    assert!(stdout.contains(": ok"), "{stdout}");
+    let lines = json_lines(&json);
+    // Interval lines after the first second (the queue fills first), excluding the final.
+    let rates: Vec<f64> = lines[1..lines.len() - 1]
+        .iter()
+        .map(|l| l["ports"][1]["tx_bps"].as_f64().unwrap())
+        .collect();
+    assert!(!rates.is_empty(), "{lines:?}");
+    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+    let ratio = mean / 40e6;
+    assert!(
+        (0.85..1.15).contains(&ratio),
+        "delivered/configured = {ratio} ({rates:?})"
+    );
+    let last = lines.last().unwrap();
+    let drops: u64 = last["drops"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert!(drops > 0, "offered 3x the rate, so CAKE must drop");
+    assert_eq!(last["conservation"]["ok"], true);
+}
+
+/// Frames of `flows` UDP flows, `per_flow` each, interleaved; payload byte 0..1 = flow, 2..3 = seq.
+fn flow_frames(flows: u16, per_flow: u16) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for seq in 0..per_flow {
+        for f in 0..flows {
+            let mut buf = vec![0u8; 256];
+            let len = forwarder::wire::build_udp_frame(
+                &mut buf,
+                IpAddr::V4(Ipv4Addr::new(198, 18, 0, f as u8)),
+                IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)),
+                4000 + f,
+                5000,
+                0,
+                0,
+                60 + usize::from(seq % 50),
+            )
+            .expect("fits");
+            buf.truncate(len);
+            let n = len - 4;
+            buf[n..n + 2].copy_from_slice(&f.to_be_bytes());
+            buf[n + 2..n + 4].copy_from_slice(&seq.to_be_bytes());
+            out.push(buf);
+        }
+    }
+    out
+}
+
+#[test]
+fn pcap_in_pcap_out_is_byte_identical_and_keeps_per_flow_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    let output = dir.path().join("out.pcap");
+    let frames = flow_frames(8, 200);
+    forwarder::port::pcap::write_pcap(&input, &frames).unwrap();
+    let (stdout, _) = run_ok(&[
+        "--port-kind",
+        "pcap",
+        "--input",
+        &s(&input),
+        "--output",
+        &s(&output),
+        "--queues",
+        "2",
+        "--duration",
+        "30s",
+        "--control",
+        &s(&ctl_path(dir.path())),
+        "--set",
+        "ports.bidirectional=false",
+    ]);
+    assert!(stdout.contains("stopped: inputs finished"), "{stdout}");
+    let back = forwarder::port::pcap::PcapFrames::load(&output).unwrap();
+    assert_eq!(back.len(), frames.len(), "{stdout}");
+    let mut want = frames.clone();
+    let mut got: Vec<Vec<u8>> = (0..back.len()).map(|i| back.frame(i).to_vec()).collect();
+    // Per flow (source port), the order is the input order.
+    for f in 0..8u16 {
+        let pick = |v: &Vec<Vec<u8>>| -> Vec<Vec<u8>> {
+            v.iter()
+                .filter(|fr| fr[34..36] == (4000 + f).to_be_bytes())
+                .cloned()
+                .collect()
+        };
+        assert_eq!(pick(&got), pick(&want), "flow {f} differs or is reordered");
+    }
+    // And as a whole, the same bytes.
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn sigint_drains_queues_and_exits_zero_with_a_final_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = cakewalk()
+        .args(["run", "--duration", "0", "--rate", "20mbit", "--control"])
+        .arg(ctl_path(dir.path()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = wait_bounded(child, Duration::from_secs(20));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "exit {}: {stdout}", out.status);
+    assert!(stdout.contains("stopped: signal"), "{stdout}");
+    assert!(stdout.contains("cakewalk final report"), "{stdout}");
+    assert!(stdout.contains("conservation: received"), "{stdout}");
+    assert!(stdout.contains(": ok"), "{stdout}");
+}
+
+fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("cakewalk did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn control_socket_set_rate_changes_the_rate_and_counters_still_conserve() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = ctl_path(dir.path());
+    let json = dir.path().join("stats.json");
+    let child = cakewalk()
+        .args(["run", "--duration", "5s", "--rate", "20mbit", "--control"])
+        .arg(&sock)
+        .arg("--stats-json")
+        .arg(&json)
+        .args(["--set", "ports.synth.rate=\"100mbit\""])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !sock.exists() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(2000));
+    let reply = forwarder::control::client::send(&sock, "set rate 60mbit").unwrap();
+    assert!(reply.starts_with("ok"), "{reply}");
+    let stats = forwarder::control::client::send(&sock, "stats json").unwrap();
+    assert!(stats.contains("\"conservation\""), "{stats}");
+    let out = wait_bounded(child, Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let lines = json_lines(&json);
+    let rate_at = |l: &Value| l["queues"][1]["rate_bps"].as_u64().unwrap();
+    let tx_at = |l: &Value| l["ports"][1]["tx_bps"].as_f64().unwrap();
+    let before: Vec<f64> = lines
+        .iter()
+        .filter(|l| rate_at(l) == 20_000_000)
+        .skip(1)
+        .map(tx_at)
+        .collect();
+    let after: Vec<f64> = lines[..lines.len() - 1]
+        .iter()
+        .filter(|l| rate_at(l) == 60_000_000)
+        .skip(1)
+        .map(tx_at)
+        .collect();
+    assert!(!before.is_empty() && !after.is_empty(), "{lines:?}");
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let ratio = mean(&after) / mean(&before);
+    assert!(
+        (2.0..4.0).contains(&ratio),
+        "rate ratio after/before = {ratio}"
+    );
+    assert_eq!(lines.last().unwrap()["conservation"]["ok"], true);
+}
+
+#[test]
+fn the_default_run_command_needs_no_config_and_stops_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stdout, stderr) = run_ok(&["--duration", "2s", "--control", &s(&ctl_path(dir.path()))]);
+    assert!(stdout.contains("stopped: duration reached"), "{stdout}");
+    assert!(stdout.contains("tin "), "CAKE tins in the report: {stdout}");
+    assert!(
+        stderr.contains("[   1.0s]"),
+        "live view on stderr: {stderr}"
+    );
+}

@@ -45,34 +45,7 @@ pub fn queue_index(hash: u32, n: usize) -> usize {
 /// The keyed, direction-symmetric flow hash of `meta`'s keys (0 for non-IP).
 #[inline]
 pub fn flow_hash(meta: &PacketMeta) -> u32 {
-    symmetric_hash(meta)
-}
-
-/// Stand-in for `qdisc::cake::flow_hash` until it lands: a keyed multiply-fold over the
-/// sorted (address, port) pairs and the protocol.
-fn symmetric_hash(meta: &PacketMeta) -> u32 {
-    let k = &meta.keys;
-    if k.l3 == qdisc::L3Kind::NonIp {
-        return 0;
-    }
-    let a = (u128::from_be_bytes(k.src_addr), k.src_port);
-    let b = (u128::from_be_bytes(k.dst_addr), k.dst_port);
-    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-    let mix = |x: u64, y: u64| {
-        let t = u128::from(x) * u128::from(y);
-        (t as u64) ^ ((t >> 64) as u64)
-    };
-    let h1 = mix(
-        (lo.0 as u64) ^ ((lo.0 >> 64) as u64) ^ QUEUE_HASH_SEED,
-        0xa076_1d64_78bd_642f,
-    );
-    let h2 = mix(
-        (hi.0 as u64) ^ ((hi.0 >> 64) as u64) ^ 0xe703_7ed1_a0b4_28db,
-        QUEUE_HASH_SEED | 1,
-    );
-    let rest = (u64::from(lo.1) << 48) | (u64::from(hi.1) << 32) | u64::from(k.protocol);
-    let h = mix(h1 ^ rest ^ 0x8ebc_6af0_9c88_c6e3, h2 ^ 0x5899_65cc_7537_4cc3);
-    (h ^ (h >> 32)) as u32
+    qdisc::cake::flow_hash(&meta.keys, QUEUE_HASH_SEED)
 }
 
 #[cfg(test)]

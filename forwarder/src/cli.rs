@@ -220,7 +220,7 @@ impl OverrideArgs {
             o.set("stats.prometheus", a.as_str(), "--prometheus");
         }
         if let Some(p) = &self.control {
-            o.set("control.socket", path_value(p), "--control");
+            o.set("stats.control_socket", path_value(p), "--control");
         }
         if let Some(k) = self.port_kind {
             let name = match k {
@@ -248,9 +248,9 @@ impl OverrideArgs {
             }
         }
         for kv in &self.set {
-            let (k, v) = kv
-                .split_once('=')
-                .with_context(|| format!("--set '{kv}' is not KEY=VALUE; try --set engine.burst=64"))?;
+            let (k, v) = kv.split_once('=').with_context(|| {
+                format!("--set '{kv}' is not KEY=VALUE; try --set engine.burst=64")
+            })?;
             o.set(k.trim(), toml_value(v.trim()), "--set");
         }
         Ok(o)
@@ -420,13 +420,8 @@ fn explain_cmd(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         s
     };
     let spec = explain::PacketSpec::parse(&spec_text)?;
-    let queues = config
-        .engine
-        .get("tx_queues")
-        .and_then(toml::Value::as_integer)
-        .unwrap_or(1)
-        .max(1) as usize;
-    let e = explain::explain(&spec, &config.to_cake_config(), queues);
+    let queues = config.engine.tx_queues.max(1);
+    let e = explain::explain(&spec, &config.to_cake_config(), queues)?;
     print!("{e}");
     Ok(ExitCode::SUCCESS)
 }

@@ -11,8 +11,8 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use qdisc::cake::{CakeConfig, DiffservMode};
-use qdisc::{L3Kind, PacketMeta};
+use qdisc::cake::{Cake, CakeConfig, Classification, ConfigError};
+use qdisc::{L3Kind, Packet, PacketMeta};
 use thiserror::Error;
 
 use crate::classify;
@@ -35,7 +35,9 @@ pub enum SpecError {
     #[error("'{0}' is not a protocol; use tcp, udp, icmp, icmpv6, sctp or a number 0..=255")]
     BadProtocol(String),
     /// An unknown DSCP.
-    #[error("'{0}' is not a DSCP; use 0..=63 or a name such as ef, cs1..cs7, af11..af43, va, le, be")]
+    #[error(
+        "'{0}' is not a DSCP; use 0..=63 or a name such as ef, cs1..cs7, af11..af43, va, le, be"
+    )]
     BadDscp(String),
     /// An unknown ECN value.
     #[error("'{0}' is not an ECN value; use not-ect, ect0, ect1, ce or 0..=3")]
@@ -323,21 +325,50 @@ pub struct Explanation {
     /// The TX queue.
     pub queue: usize,
     /// The CAKE configuration used.
-    pub diffserv: DiffservMode,
+    pub cake: CakeConfig,
+    /// Where CAKE puts it: tin, flow and host entries.
+    pub class: Classification,
+}
+
+/// A stand-in packet type: classification never looks at a packet, only at its meta.
+struct Probe;
+
+impl Packet for Probe {
+    fn len(&self) -> usize {
+        0
+    }
+
+    fn set_ce(&mut self) -> bool {
+        false
+    }
 }
 
 /// Explains how `spec` is handled with `cake` on `n_queues` TX queues.
-pub fn explain(spec: &PacketSpec, cake: &CakeConfig, n_queues: usize) -> Explanation {
+///
+/// # Errors
+/// When `cake` is not a valid CAKE configuration.
+pub fn explain(
+    spec: &PacketSpec,
+    cake: &CakeConfig,
+    n_queues: usize,
+) -> Result<Explanation, ConfigError> {
     let meta = spec.meta();
     let n = n_queues.max(1);
-    Explanation {
+    // A small packet limit keeps the probe instance's preallocation tiny.
+    let probe_config = CakeConfig {
+        packet_limit: 16,
+        ..cake.clone()
+    };
+    let instance = Cake::<Probe>::new(&probe_config)?;
+    Ok(Explanation {
         spec: spec.clone(),
         meta,
         n_queues: n,
         queue_hash: classify::queue_hash(&meta),
         queue: classify::tx_queue_for(&meta, n),
-        diffserv: cake.diffserv,
-    }
+        cake: cake.clone(),
+        class: instance.classify(&meta),
+    })
 }
 
 fn show_addr(a: IpAddr, port: u16) -> String {
@@ -352,7 +383,9 @@ impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.spec;
         let m = &self.meta;
-        let dscp_name = dscp_name(m.dscp).map(|n| format!(" ({n})")).unwrap_or_default();
+        let dscp_name = dscp_name(m.dscp)
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default();
         writeln!(
             f,
             "packet:     proto {} {} > {} dscp {}{} ecn {}",
@@ -373,7 +406,33 @@ impl fmt::Display for Explanation {
             "tx queue:   {} of {} (queue hash {:#010x})",
             self.queue, self.n_queues, self.queue_hash
         )?;
-        writeln!(f, "diffserv:   {}", keywords::diffserv_name(self.diffserv))?;
+        let c = &self.class;
+        writeln!(
+            f,
+            "tin:        {} {} ({})",
+            c.tin,
+            c.tin_name,
+            keywords::diffserv_name(self.cake.diffserv)
+        )?;
+        writeln!(
+            f,
+            "flow:       {} (hash {:#010x}{}, {})",
+            c.flow,
+            c.flow_hash,
+            if c.used_l4_hash {
+                ", the NIC's L4 hash"
+            } else {
+                ""
+            },
+            keywords::flow_mode_name(self.cake.flow_mode)
+        )?;
+        let host = |h: Option<usize>| h.map_or("-".to_string(), |h| h.to_string());
+        writeln!(
+            f,
+            "hosts:      src {} dst {}",
+            host(c.src_host),
+            host(c.dst_host)
+        )?;
         Ok(())
     }
 }
@@ -390,7 +449,10 @@ mod tests {
         assert_eq!((p.dscp, p.ecn), (46, 2));
         let p = PacketSpec::parse("udp [2001:db8::1]:53>[2001:db8::2]:5353 dscp cs1 label 0x12345")
             .unwrap();
-        assert_eq!((p.protocol, p.src_port, p.dst_port, p.dscp), (17, 53, 5353, 8));
+        assert_eq!(
+            (p.protocol, p.src_port, p.dst_port, p.dscp),
+            (17, 53, 5353, 8)
+        );
         assert_eq!(p.flow_label, 0x12345);
         let p = PacketSpec::parse("10.0.0.1 > 10.0.0.2").unwrap();
         assert_eq!((p.protocol, p.src_port), (6, 0));
@@ -398,7 +460,16 @@ mod tests {
 
     #[test]
     fn dscp_names_map_to_code_points() {
-        for (name, v) in [("ef", 46), ("CS7", 56), ("af41", 34), ("af11", 10), ("va", 44), ("le", 1), ("be", 0), ("63", 63)] {
+        for (name, v) in [
+            ("ef", 46),
+            ("CS7", 56),
+            ("af41", 34),
+            ("af11", 10),
+            ("va", 44),
+            ("le", 1),
+            ("be", 0),
+            ("63", 63),
+        ] {
             assert_eq!(parse_dscp(name).unwrap(), v, "{name}");
         }
         assert!(parse_dscp("af51").is_err());
@@ -408,33 +479,73 @@ mod tests {
 
     #[test]
     fn bad_specs_say_what_to_write() {
-        let e = PacketSpec::parse("tcp 10.0.0.1:1 10.0.0.2:2").unwrap_err().to_string();
+        let e = PacketSpec::parse("tcp 10.0.0.1:1 10.0.0.2:2")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no '>'"), "{e}");
-        let e = PacketSpec::parse("tcp 10.0.0.1:1 > 2001:db8::2").unwrap_err().to_string();
+        let e = PacketSpec::parse("tcp 10.0.0.1:1 > 2001:db8::2")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("different IP versions"), "{e}");
-        let e = PacketSpec::parse("xtp 10.0.0.1 > 10.0.0.2").unwrap_err().to_string();
+        let e = PacketSpec::parse("xtp 10.0.0.1 > 10.0.0.2")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("'xtp' is not a protocol"), "{e}");
-        let e = PacketSpec::parse("10.0.0.1 > 10.0.0.2 dscp fast").unwrap_err().to_string();
+        let e = PacketSpec::parse("10.0.0.1 > 10.0.0.2 dscp fast")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("'fast' is not a DSCP"), "{e}");
-        let e = PacketSpec::parse("10.0.0.1 > 10.0.0.2 colour red").unwrap_err().to_string();
+        let e = PacketSpec::parse("10.0.0.1 > 10.0.0.2 colour red")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("'colour'"), "{e}");
     }
 
     #[test]
     fn explanation_matches_the_data_path_parse() {
         let p = PacketSpec::parse("udp 10.0.0.1:1234 > 10.0.0.2:80 dscp ef").unwrap();
-        let e = explain(&p, &CakeConfig::default(), 4);
+        let e = explain(&p, &CakeConfig::default(), 4).unwrap();
         assert_eq!(e.meta.keys.l3, L3Kind::Ipv4);
         assert_eq!(e.meta.keys.dst_port, 80);
         assert_eq!(e.meta.dscp, 46);
         assert_eq!(e.queue, classify::tx_queue_for(&e.meta, 4));
         assert!(e.to_string().contains("tx queue:"));
+        assert_eq!((e.class.tin, e.class.tin_name), (2, "Voice"));
+    }
+
+    #[test]
+    fn tins_follow_the_configured_diffserv_mode() {
+        let p = PacketSpec::parse("udp 10.0.0.1:1 > 10.0.0.2:2 dscp cs1").unwrap();
+        let ds4 = CakeConfig {
+            diffserv: qdisc::cake::DiffservMode::Diffserv4,
+            ..CakeConfig::default()
+        };
+        let e = explain(&p, &ds4, 1).unwrap();
+        assert_eq!(e.class.tin_name, "Bulk");
+        let be = CakeConfig {
+            diffserv: qdisc::cake::DiffservMode::Besteffort,
+            ..CakeConfig::default()
+        };
+        assert_eq!(explain(&p, &be, 1).unwrap().class.tin, 0);
+    }
+
+    #[test]
+    fn triple_isolate_reports_both_hosts_and_flowblind_uses_flow_zero() {
+        let p = PacketSpec::parse("tcp 10.0.0.1:1 > 10.0.0.2:2").unwrap();
+        let e = explain(&p, &CakeConfig::default(), 1).unwrap();
+        assert!(e.class.src_host.is_some() && e.class.dst_host.is_some());
+        let blind = CakeConfig {
+            flow_mode: qdisc::cake::FlowMode::Flowblind,
+            ..CakeConfig::default()
+        };
+        let e = explain(&p, &blind, 1).unwrap();
+        assert_eq!(e.class.flow % 1024, 0);
     }
 
     #[test]
     fn icmp_packets_have_no_ports() {
         let p = PacketSpec::parse("icmp 10.0.0.1 > 10.0.0.2").unwrap();
-        let e = explain(&p, &CakeConfig::default(), 2);
+        let e = explain(&p, &CakeConfig::default(), 2).unwrap();
         assert_eq!(e.meta.keys.protocol, 1);
         assert_eq!(e.meta.keys.src_port, 0);
     }

@@ -30,13 +30,12 @@ pub enum TcError {
         example: &'static str,
     },
     /// A value in the wrong unit.
-    #[error("cake option '{option}': {source}")]
+    #[error("cake option '{option}': {cause}")]
     BadUnit {
         /// The option.
         option: &'static str,
-        /// What was wrong.
-        #[source]
-        source: UnitError,
+        /// What was wrong (part of this message, so not chained again).
+        cause: UnitError,
     },
     /// An integer out of tc's range.
     #[error("cake option '{option}': '{value}' is out of range; valid range is {range}")]
@@ -350,15 +349,14 @@ impl CakeOptions {
         let mut running_overhead = self.overhead.unwrap_or(0);
         while let Some(word) = it.next() {
             let mut value = |option: &'static str, example: &'static str| {
-                it.next()
-                    .ok_or(TcError::MissingValue { option, example })
+                it.next().ok_or(TcError::MissingValue { option, example })
             };
             match word {
                 "bandwidth" => {
                     let v = value("bandwidth", "100mbit")?;
                     let rate = units::parse_rate(v).map_err(|source| TcError::BadUnit {
                         option: "bandwidth",
-                        source,
+                        cause: source,
                     })?;
                     self.rate = Some(rate);
                     self.autorate_ingress = Some(false);
@@ -370,29 +368,27 @@ impl CakeOptions {
                 "autorate-ingress" => self.autorate_ingress = Some(true),
                 "rtt" => {
                     let v = value("rtt", "100ms")?;
-                    let ns = units::parse_duration_ns(v)
-                        .map_err(|source| TcError::BadUnit {
-                            option: "rtt",
-                            source,
-                        })?;
+                    let ns = units::parse_duration_ns(v).map_err(|source| TcError::BadUnit {
+                        option: "rtt",
+                        cause: source,
+                    })?;
                     self.interval_ns = Some(ns);
                     // tc: target = rtt / 20, at least 1 µs.
                     self.target_ns = Some((ns / 1000 / 20).max(1) * 1000);
                 }
                 "target" => {
                     let v = value("target", "5ms")?;
-                    let ns = units::parse_duration_ns(v)
-                        .map_err(|source| TcError::BadUnit {
-                            option: "target",
-                            source,
-                        })?;
+                    let ns = units::parse_duration_ns(v).map_err(|source| TcError::BadUnit {
+                        option: "target",
+                        cause: source,
+                    })?;
                     self.target_ns = Some(ns);
                 }
                 "memlimit" => {
                     let v = value("memlimit", "32mb")?;
                     let bytes = units::parse_size(v).map_err(|source| TcError::BadUnit {
                         option: "memlimit",
-                        source,
+                        cause: source,
                     })?;
                     self.memlimit = Some(bytes);
                 }
@@ -422,15 +418,13 @@ impl CakeOptions {
                 }
                 "mpu" => {
                     let v = value("mpu", "64")?;
-                    let n = v
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| *n <= 256)
-                        .ok_or_else(|| TcError::OutOfRange {
+                    let n = v.parse::<u32>().ok().filter(|n| *n <= 256).ok_or_else(|| {
+                        TcError::OutOfRange {
                             option: "mpu",
                             value: v.to_string(),
                             range: "0 to 256",
-                        })?;
+                        }
+                    })?;
                     self.mpu = Some(n);
                 }
                 "nat" => self.nat = Some(true),
@@ -678,7 +672,9 @@ mod tests {
     #[test]
     fn bad_words_name_the_word_and_suggest_a_fix() {
         let e = CakeOptions::parse("bandwidth 10mbit diffserv5").unwrap_err();
-        assert!(e.to_string().starts_with("unknown cake option 'diffserv5', did you mean"));
+        assert!(e
+            .to_string()
+            .starts_with("unknown cake option 'diffserv5', did you mean"));
         let e = CakeOptions::parse("triple-isolat").unwrap_err().to_string();
         assert!(e.contains("did you mean 'triple-isolate'?"), "{e}");
         let e = CakeOptions::parse("overhead 300").unwrap_err().to_string();
@@ -693,7 +689,9 @@ mod tests {
             e,
             "cake option 'bandwidth' needs a value, e.g. 'bandwidth 100mbit'"
         );
-        let e = CakeOptions::parse("bandwidth 2gbps").unwrap_err().to_string();
+        let e = CakeOptions::parse("bandwidth 2gbps")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("try '2gbit' or '250mbyte'"), "{e}");
         let e = CakeOptions::parse("rtt soon").unwrap_err().to_string();
         assert!(e.starts_with("cake option 'rtt': duration 'soon'"), "{e}");

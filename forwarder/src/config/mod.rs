@@ -431,9 +431,9 @@ impl RawShaper {
                     return Err(key_err(
                         "overhead",
                         format!(
-                            "expected bytes (-64 to 256) or a keyword such as \"ethernet\", found {}",
-                            value_kind(other)
-                        ),
+                        "expected bytes (-64 to 256) or a keyword such as \"ethernet\", found {}",
+                        value_kind(other)
+                    ),
                     ))
                 }
             }
@@ -520,6 +520,10 @@ impl RawShaper {
         if let Some(b) = self.bypass {
             shaper.bypass = b;
         }
+        shaper.cake.validate().map_err(|e| ConfigError::Key {
+            key: "shaper".to_string(),
+            message: e.to_string(),
+        })?;
         Ok(shaper)
     }
 }
@@ -580,11 +584,9 @@ struct RawConfig {
     #[serde(default)]
     ports: crate::port::PortsConfig,
     #[serde(default)]
-    engine: toml::Table,
+    engine: crate::engine::EngineConfig,
     #[serde(default)]
     stats: toml::Table,
-    #[serde(default)]
-    control: toml::Table,
 }
 
 /// The resolved configuration.
@@ -594,12 +596,10 @@ pub struct Config {
     pub shaper: ShaperConfig,
     /// `[ports]`: the two ports and their backends.
     pub ports: crate::port::PortsConfig,
-    /// `[engine]`, until the engine's typed section exists.
-    pub engine: toml::Table,
-    /// `[stats]`, until the stats module's typed section exists.
+    /// `[engine]`: workers, TX queues, bursts, idle mode, duration.
+    pub engine: crate::engine::EngineConfig,
+    /// `[stats]`, until the stats module's typed section is committed.
     pub stats: toml::Table,
-    /// `[control]`, until the control module's typed section exists.
-    pub control: toml::Table,
 }
 
 impl Default for Config {
@@ -607,9 +607,8 @@ impl Default for Config {
         Config {
             shaper: ShaperConfig::default(),
             ports: crate::port::PortsConfig::default(),
-            engine: toml::Table::new(),
+            engine: crate::engine::EngineConfig::default(),
             stats: toml::Table::new(),
-            control: toml::Table::new(),
         }
     }
 }
@@ -780,7 +779,6 @@ impl Config {
             ports: raw.ports,
             engine: raw.engine,
             stats: raw.stats,
-            control: raw.control,
         })
     }
 
@@ -794,16 +792,11 @@ impl Config {
     pub fn effective(&self) -> String {
         let mut out = self.shaper.to_toml();
         let _ = writeln!(out, "\n# [ports] as resolved:\n# {:?}", self.ports);
-        for (name, t) in [
-            ("engine", &self.engine),
-            ("stats", &self.stats),
-            ("control", &self.control),
-        ] {
-            if !t.is_empty() {
-                let mut wrapper = toml::Table::new();
-                wrapper.insert(name.to_string(), toml::Value::Table(t.clone()));
-                let _ = write!(out, "\n{}", toml::to_string(&wrapper).unwrap_or_default());
-            }
+        let _ = writeln!(out, "# [engine] as resolved:\n# {:?}", self.engine);
+        if !self.stats.is_empty() {
+            let mut wrapper = toml::Table::new();
+            wrapper.insert("stats".to_string(), toml::Value::Table(self.stats.clone()));
+            let _ = write!(out, "\n{}", toml::to_string(&wrapper).unwrap_or_default());
         }
         out
     }
@@ -887,21 +880,34 @@ mod tests {
             err("[shaper]\nrate = \"2gbps\""),
             "shaper.rate: '2gbps' is not a rate; try '2gbit' or '250mbyte'"
         );
-        assert!(err("[shaper]\nrate = \"fast\"").starts_with("shaper.rate: 'fast' is not a rate; try '200mbit'"));
+        assert!(err("[shaper]\nrate = \"fast\"")
+            .starts_with("shaper.rate: 'fast' is not a rate; try '200mbit'"));
         let e = err("[shaper]\ndiffserv = \"diffserv5\"");
-        assert!(e.starts_with("shaper.diffserv: 'diffserv5' is not a diffserv mode"), "{e}");
+        assert!(
+            e.starts_with("shaper.diffserv: 'diffserv5' is not a diffserv mode"),
+            "{e}"
+        );
         let e = err("[shaper]\nflow_mode = \"triple\"");
         assert!(e.contains("is not a flow mode"), "{e}");
         let e = err("[shaper]\noverhead = 300");
-        assert_eq!(e, "shaper.overhead: 300 is out of range; valid range is -64 to 256");
+        assert_eq!(
+            e,
+            "shaper.overhead: 300 is out of range; valid range is -64 to 256"
+        );
         let e = err("[shaper]\noverhead = \"ethernett\"");
         assert!(e.contains("did you mean 'ethernet'?"), "{e}");
         let e = err("[shaper]\nrtt = \"soon\"");
-        assert!(e.starts_with("shaper.rtt: 'soon' is not a duration") && e.contains("preset"), "{e}");
+        assert!(
+            e.starts_with("shaper.rtt: 'soon' is not a duration") && e.contains("preset"),
+            "{e}"
+        );
         let e = err("[shaper]\nqueue = \"red\"");
         assert!(e.contains("use \"cake\" or \"fifo\""), "{e}");
         let e = err("[shaper]\noptions = \"bandwidth 1mbit diffserv9\"");
-        assert!(e.starts_with("shaper.options: unknown cake option 'diffserv9'"), "{e}");
+        assert!(
+            e.starts_with("shaper.options: unknown cake option 'diffserv9'"),
+            "{e}"
+        );
         let e = err("[shaper]\nrate = \"1mbit\"\nbandwidth = \"2mbit\"");
         assert!(e.contains("keep one"), "{e}");
     }
@@ -932,15 +938,24 @@ mod tests {
         let mut bad = Overrides::default();
         bad.set("shaper.rate", "fast", "--rate");
         let e = Config::load(Some(&path), &bad).unwrap_err().to_string();
-        assert!(e.starts_with("--rate (shaper.rate): 'fast' is not a rate"), "{e}");
+        assert!(
+            e.starts_with("--rate (shaper.rate): 'fast' is not a rate"),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_missing_file_names_the_path() {
-        let e = Config::load(Some(Path::new("/nonexistent/cakewalk.toml")), &Overrides::default())
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("cannot read config file '/nonexistent/cakewalk.toml'"), "{e}");
+        let e = Config::load(
+            Some(Path::new("/nonexistent/cakewalk.toml")),
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("cannot read config file '/nonexistent/cakewalk.toml'"),
+            "{e}"
+        );
     }
 
     #[test]

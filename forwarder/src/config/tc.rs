@@ -25,9 +25,7 @@ pub fn option_words(input: &str) -> Result<Vec<&str>, TcError> {
     let mut i = 0;
     while i < words.len() {
         match words[i] {
-            "tc" | "qdisc" | "add" | "replace" | "change" | "root" | "ingress" | "clsact" => {
-                i += 1
-            }
+            "tc" | "qdisc" | "add" | "replace" | "change" | "root" | "ingress" | "clsact" => i += 1,
             "dev" | "parent" | "handle" | "estimator" | "stab" => i += 2,
             "cake" | "cake_mq" => return Ok(words[i + 1..].to_vec()),
             other => {
@@ -73,8 +71,8 @@ pub fn render(o: &CakeOptions, source: &str) -> String {
     if let Some(r) = o.rate {
         line("bandwidth", format!("\"{}\"", units::format_rate(r)));
     }
-    if let Some(v) = o.autorate_ingress {
-        line("autorate_ingress", v.to_string());
+    if o.autorate_ingress == Some(true) {
+        line("autorate_ingress", "true".to_string());
     }
     if let Some(v) = o.interval_ns {
         line("rtt", format!("\"{}\"", units::format_duration_ns(v)));
@@ -101,7 +99,10 @@ pub fn render(o: &CakeOptions, source: &str) -> String {
         line("ingress", v.to_string());
     }
     if let Some(v) = o.ack_filter {
-        line("ack_filter", format!("\"{}\"", keywords::ack_filter_name(v)));
+        line(
+            "ack_filter",
+            format!("\"{}\"", keywords::ack_filter_name(v)),
+        );
     }
     if let Some(v) = o.memlimit {
         line("memlimit", format!("\"{}\"", units::format_size(v)));
@@ -217,7 +218,9 @@ mod tests {
 
     #[test]
     fn invalid_strings_give_clear_errors() {
-        let e = to_toml("bandwidth 100mbit diffserv7").unwrap_err().to_string();
+        let e = to_toml("bandwidth 100mbit diffserv7")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("unknown cake option 'diffserv7'"), "{e}");
         let e = to_toml("overhead lots").unwrap_err().to_string();
         assert!(e.contains("valid range is -64 to 256"), "{e}");

@@ -293,7 +293,7 @@ pub fn format_rate(rate: Rate) -> String {
         ("mbit", 1_000_000),
         ("kbit", 1_000),
     ] {
-        if bits % scale == 0 {
+        if bits.is_multiple_of(scale) {
             return format!("{}{unit}", bits / scale);
         }
     }
@@ -306,11 +306,11 @@ pub fn format_duration_ns(ns: u64) -> String {
     let mut out = String::new();
     let (n, unit) = if ns == 0 {
         (0, "us")
-    } else if ns % 1_000_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000_000) {
         (ns / 1_000_000_000, "s")
-    } else if ns % 1_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000) {
         (ns / 1_000_000, "ms")
-    } else if ns % 1_000 == 0 {
+    } else if ns.is_multiple_of(1_000) {
         (ns / 1_000, "us")
     } else {
         (ns, "ns")
@@ -322,7 +322,7 @@ pub fn format_duration_ns(ns: u64) -> String {
 /// Formats bytes so that [`parse_size`] reads them back exactly: `32mb`, `64kb`, `10000`.
 pub fn format_size(bytes: u64) -> String {
     for (unit, shift) in [("gb", 30), ("mb", 20), ("kb", 10)] {
-        if bytes != 0 && bytes % (1u64 << shift) == 0 {
+        if bytes != 0 && bytes.is_multiple_of(1u64 << shift) {
             return format!("{}{unit}", bytes >> shift);
         }
     }
@@ -367,7 +367,10 @@ mod tests {
     #[test]
     fn words_are_not_rates() {
         let e = parse_rate("fast").unwrap_err().to_string();
-        assert!(e.starts_with("rate 'fast' is not a rate; try '200mbit'"), "{e}");
+        assert!(
+            e.starts_with("rate 'fast' is not a rate; try '200mbit'"),
+            "{e}"
+        );
         assert!(parse_rate("").is_err());
         assert!(parse_rate("-5mbit").is_err());
         assert!(parse_rate("5 furlongs").is_err());
@@ -393,7 +396,10 @@ mod tests {
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert_eq!(parse_size("1gb").unwrap(), 1 << 30);
         assert_eq!(parse_size("8kbit").unwrap(), 1024);
-        assert!(parse_size("lots").unwrap_err().to_string().contains("try '32mb'"));
+        assert!(parse_size("lots")
+            .unwrap_err()
+            .to_string()
+            .contains("try '32mb'"));
     }
 
     #[test]

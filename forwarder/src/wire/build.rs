@@ -79,7 +79,8 @@ fn write_l2_l3(
             let pseudo = u32::from(checksum::sum(0, &s.octets()))
                 + u32::from(checksum::sum(0, &d.octets()))
                 + u32::from(proto)
-                + u32::from(total) - IPV4_LEN as u32;
+                + u32::from(total)
+                - IPV4_LEN as u32;
             Some((ETH_LEN + IPV4_LEN, pseudo))
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
@@ -198,9 +199,8 @@ mod tests {
         } else {
             let ip = &frame[l3..];
             let total = u16::from_be_bytes([ip[2], ip[3]]);
-            let p = u32::from(checksum::sum(0, &ip[12..20]))
-                + u32::from(ip[9])
-                + u32::from(total - 20);
+            let p =
+                u32::from(checksum::sum(0, &ip[12..20])) + u32::from(ip[9]) + u32::from(total - 20);
             (p, &ip[20..usize::from(total)])
         };
         checksum::sum(pseudo, l4) == 0xffff

@@ -105,7 +105,9 @@ mod tests {
     }
 
     fn ipv4_checksum_ok(frame: &[u8]) -> bool {
-        Ipv4Packet::new_checked(&frame[14..]).unwrap().verify_checksum()
+        Ipv4Packet::new_checked(&frame[14..])
+            .unwrap()
+            .verify_checksum()
     }
 
     #[test]
@@ -186,7 +188,9 @@ mod tests {
         let p = parse(&tagged);
         assert_eq!(p.l3_offset, 18);
         assert!(set_ce_at(&mut tagged, usize::from(p.l3_offset)));
-        assert!(Ipv4Packet::new_checked(&tagged[18..]).unwrap().verify_checksum());
+        assert!(Ipv4Packet::new_checked(&tagged[18..])
+            .unwrap()
+            .verify_checksum());
         assert!(set_ce(&mut f));
     }
 }

@@ -168,8 +168,8 @@ mod tests {
     // A 20-byte header, UDP, 10.0.0.1 -> 10.0.0.2, DSCP 46 (EF), ECT(0), total length 28,
     // with a correct checksum, followed by an 8-byte UDP header.
     static EF_UDP: [u8; 28] = [
-        0x45, 0xba, 0x00, 0x1c, 0x00, 0x01, 0x00, 0x00, 0x40, 0x11, 0x66, 0x14, 10, 0, 0, 1, 10,
-        0, 0, 2, //
+        0x45, 0xba, 0x00, 0x1c, 0x00, 0x01, 0x00, 0x00, 0x40, 0x11, 0x66, 0x14, 10, 0, 0, 1, 10, 0,
+        0, 2, //
         0x04, 0x00, 0x00, 0x35, 0x00, 0x08, 0x00, 0x00,
     ];
 
@@ -184,7 +184,11 @@ mod tests {
         assert_eq!(ip.src_addr(), [10, 0, 0, 1]);
         assert_eq!(ip.dst_addr(), [10, 0, 0, 2]);
         assert!(!ip.is_fragment());
-        assert!(ip.verify_checksum(), "fixture checksum {:#06x}", ip.checksum());
+        assert!(
+            ip.verify_checksum(),
+            "fixture checksum {:#06x}",
+            ip.checksum()
+        );
         assert_eq!(ip.payload().len(), 8);
     }
 

@@ -186,7 +186,9 @@ mod tests {
     #[test]
     fn sack_blocks_are_collected() {
         let mut info = TcpAckInfo::default();
-        let opts = [1, 1, 5, 18, 0, 0, 0, 10, 0, 0, 0, 20, 0, 0, 0, 30, 0, 0, 0, 40];
+        let opts = [
+            1, 1, 5, 18, 0, 0, 0, 10, 0, 0, 0, 20, 0, 0, 0, 30, 0, 0, 0, 40,
+        ];
         parse_options(&opts, &mut info);
         assert_eq!(info.sack_count, 2);
         assert_eq!(&info.sack[..2], &[(10, 20), (30, 40)]);

@@ -1,0 +1,423 @@
+//! pktgen-style enqueue throughput of one `TxQueue`, the seed-001 table for this machine:
+//! 1 and 2 pinned threads feeding one queue with 64-byte frames, as a bare handoff loop, FIFO
+//! with and without the bypass, and CAKE (1024 flows, triple-isolate) with and without it.
+//!
+//! Like Linux's `pktgen` in `queue_xmit` mode on a dummy device, "transmit" only counts the
+//! frame (behind `black_box`): what is measured is the cost of the queueing layer. Each row
+//! runs every thread for `--seconds` after a warm-up; Mpps is summed over threads and every
+//! row is also given as a ratio to the bare loop measured in the same run
+//! (perf-anchors.md G1-G4). After each row the queue is drained and conservation
+//! (`generated = transmitted + dropped`) is checked.
+//!
+//! It does not move real packets (see `dpdk_fwd` and `accuracy`).
+
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use cakewalk_benches::report::{load_average, machine_line, utc_now, Table};
+use clap::Parser;
+use qdisc::cake::{Cake, CakeConfig, FlowMode};
+use qdisc::fifo::Fifo;
+use qdisc::mq::{Intake, MqQdisc, NextRun, RunResult, TxQueue, TxQueueOptions};
+use qdisc::{FlowKeys, L3Kind, Packet, PacketMeta, Rate};
+
+/// Enqueue throughput of one TX queue: bare loop vs FIFO vs CAKE, with and without bypass.
+#[derive(Debug, Parser)]
+#[command(name = "pktgen", version)]
+struct Args {
+    /// Seconds each row measures (after the warm-up).
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Warm-up seconds per row.
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    /// Repetitions per row; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Thread counts, comma-separated (each thread pinned to its own core, wrapping).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+    /// Frames per burst (one clock read and one `run` per burst).
+    #[arg(long, default_value_t = 32)]
+    burst: usize,
+    /// Distinct flows (5-tuples over 64 source hosts).
+    #[arg(long, default_value_t = 1024)]
+    flows: usize,
+    /// CAKE's rate in Mbit/s; 0 = unlimited (the shaper never holds a frame back).
+    #[arg(long, default_value_t = 0)]
+    cake_rate_mbit: u64,
+    /// Run about one second in total (for the test suite): short rows, one repetition.
+    #[arg(long)]
+    smoke: bool,
+}
+
+/// A 64-byte frame: just its length and flow index.
+struct Frame {
+    len: u32,
+    flow: u32,
+}
+
+impl Packet for Frame {
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    fn set_ce(&mut self) -> bool {
+        false
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    Bare,
+    Fifo { bypass: bool },
+    Cake { bypass: bool },
+}
+
+impl Setup {
+    const ALL: [Setup; 5] = [
+        Setup::Bare,
+        Setup::Fifo { bypass: true },
+        Setup::Fifo { bypass: false },
+        Setup::Cake { bypass: true },
+        Setup::Cake { bypass: false },
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Setup::Bare => "bare handoff loop",
+            Setup::Fifo { bypass: true } => "FIFO + bypass",
+            Setup::Fifo { bypass: false } => "FIFO, no bypass",
+            Setup::Cake { bypass: true } => "CAKE + bypass",
+            Setup::Cake { bypass: false } => "CAKE, no bypass",
+        }
+    }
+}
+
+/// One thread's counts over its measured window.
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    generated: u64,
+    transmitted: u64,
+    dropped: u64,
+    window: Duration,
+    last_now_ns: u64,
+}
+
+/// One row's result.
+struct Row {
+    mpps: f64,
+    drops: u64,
+}
+
+struct Bench {
+    seconds: f64,
+    warmup: f64,
+    burst: usize,
+    metas: Vec<PacketMeta>,
+    cores: Vec<core_affinity::CoreId>,
+    cake: CakeConfig,
+}
+
+fn metas(flows: usize) -> Vec<PacketMeta> {
+    (0..flows.max(1))
+        .map(|f| {
+            let mut keys = FlowKeys {
+                l3: L3Kind::Ipv4,
+                protocol: 17,
+                src_port: 1024 + (f % 50_000) as u16,
+                dst_port: 9,
+                ..FlowKeys::default()
+            };
+            keys.src_addr[10..12].copy_from_slice(&[0xff, 0xff]);
+            keys.src_addr[12..16].copy_from_slice(&[198, 18, 0, (f % 64) as u8 + 1]);
+            keys.dst_addr[10..12].copy_from_slice(&[0xff, 0xff]);
+            keys.dst_addr[12..16].copy_from_slice(&[198, 19, 0, 1]);
+            PacketMeta {
+                keys,
+                l2_len: 14,
+                ..PacketMeta::default()
+            }
+        })
+        .collect()
+}
+
+impl Bench {
+    fn row(&self, setup: Setup, threads: usize) -> Result<Row> {
+        let options = |bypass| TxQueueOptions {
+            intake_capacity: 4096,
+            bypass,
+            ..TxQueueOptions::default()
+        };
+        let (counts, drained, qdisc_drops) = match setup {
+            Setup::Bare => (
+                self.threads(threads, |stop, warm| self.bare(stop, warm)),
+                0,
+                0,
+            ),
+            Setup::Fifo { bypass } => {
+                let q = TxQueue::new(Fifo::new(10_000), options(bypass));
+                let counts = self.threads(threads, |stop, warm| self.queue(&q, stop, warm));
+                let (drained, drops) = drain(&q, last_now(&counts));
+                (counts, drained, drops)
+            }
+            Setup::Cake { bypass } => {
+                let q = TxQueue::new(Cake::new(&self.cake)?, options(bypass));
+                let counts = self.threads(threads, |stop, warm| self.queue(&q, stop, warm));
+                let (drained, drops) = drain(&q, last_now(&counts));
+                (counts, drained, drops)
+            }
+        };
+        let mut mpps = 0.0;
+        let (mut generated, mut transmitted, mut dropped) = (0, drained, qdisc_drops);
+        for [warmup, measured] in &counts {
+            for c in [warmup, measured] {
+                generated += c.generated;
+                transmitted += c.transmitted;
+                dropped += c.dropped;
+            }
+            mpps += measured.transmitted as f64 / measured.window.as_secs_f64().max(1e-9) / 1e6;
+        }
+        if generated != transmitted + dropped {
+            bail!(
+                "{}: conservation broken: generated {generated} != transmitted {transmitted} + dropped {dropped}",
+                setup.name()
+            );
+        }
+        Ok(Row {
+            mpps,
+            drops: dropped,
+        })
+    }
+
+    /// Starts `threads` pinned threads running `work(stop, warmup_done)` together.
+    fn threads<F>(&self, threads: usize, work: F) -> Vec<[Counts; 2]>
+    where
+        F: Fn(&AtomicBool, &Barrier) -> [Counts; 2] + Sync,
+    {
+        let stop = AtomicBool::new(false);
+        let start = Barrier::new(threads + 1);
+        let warm = Barrier::new(threads + 1);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|i| {
+                    let (stop, start, warm, work) = (&stop, &start, &warm, &work);
+                    let core = self.cores.get(i % self.cores.len().max(1)).copied();
+                    s.spawn(move || {
+                        if let Some(core) = core {
+                            core_affinity::set_for_current(core);
+                        }
+                        start.wait();
+                        work(stop, warm)
+                    })
+                })
+                .collect();
+            start.wait();
+            std::thread::sleep(Duration::from_secs_f64(self.warmup));
+            // Threads reset their counters at the warm-up barrier, then run until `stop`.
+            stop.store(true, Ordering::Relaxed);
+            warm.wait();
+            stop.store(false, Ordering::Relaxed);
+            warm.wait();
+            std::thread::sleep(Duration::from_secs_f64(self.seconds));
+            stop.store(true, Ordering::Relaxed);
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("worker panicked"))
+                .collect()
+        })
+    }
+
+    fn bare(&self, stop: &AtomicBool, warm: &Barrier) -> [Counts; 2] {
+        let mut flow = 0usize;
+        let mask = self.metas.len();
+        let mut measure = |stop: &AtomicBool| {
+            let mut c = Counts::default();
+            let t0 = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let now = black_box(t0.elapsed().as_nanos() as u64);
+                for _ in 0..self.burst {
+                    let f = Frame {
+                        len: 64,
+                        flow: flow as u32,
+                    };
+                    flow = if flow + 1 == mask { 0 } else { flow + 1 };
+                    black_box(&self.metas[f.flow as usize]);
+                    c.generated += 1;
+                    black_box((f, now));
+                    c.transmitted += 1;
+                }
+            }
+            c.window = t0.elapsed();
+            c
+        };
+        let warmup = measure(stop);
+        warm.wait();
+        warm.wait();
+        [warmup, measure(stop)]
+    }
+
+    fn queue<Q: MqQdisc<Frame>>(
+        &self,
+        q: &TxQueue<Frame, Q>,
+        stop: &AtomicBool,
+        warm: &Barrier,
+    ) -> [Counts; 2] {
+        let mut flow = 0usize;
+        let mask = self.metas.len();
+        let mut out: Vec<Frame> = Vec::with_capacity(self.burst * 4);
+        let mut measure = |stop: &AtomicBool, out: &mut Vec<Frame>| {
+            let mut c = Counts::default();
+            let t0 = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let now = t0.elapsed().as_nanos() as u64;
+                for _ in 0..self.burst {
+                    let f = Frame {
+                        len: 64,
+                        flow: flow as u32,
+                    };
+                    let meta = &self.metas[flow];
+                    flow = if flow + 1 == mask { 0 } else { flow + 1 };
+                    c.generated += 1;
+                    match q.enqueue(now, f, meta) {
+                        Intake::Bypass(f) => {
+                            black_box(f);
+                            c.transmitted += 1;
+                        }
+                        Intake::Queued => {}
+                        Intake::Dropped(_, f) => {
+                            drop(f);
+                            c.dropped += 1;
+                        }
+                    }
+                }
+                q.run(now, self.burst * 2, out, |o| {
+                    c.transmitted += o.len() as u64;
+                    black_box(&o[..]);
+                    o.clear();
+                });
+                c.last_now_ns = now;
+            }
+            c.window = t0.elapsed();
+            c
+        };
+        let warmup = measure(stop, &mut out);
+        warm.wait();
+        warm.wait();
+        [warmup, measure(stop, &mut out)]
+    }
+}
+
+fn last_now(counts: &[[Counts; 2]]) -> u64 {
+    counts.iter().map(|c| c[1].last_now_ns).max().unwrap_or(0)
+}
+
+/// Sends everything left in `q` after the threads stopped (stepping time past any shaper
+/// delay). Returns the frames sent and the drops the qdisc counted (intake drops excluded:
+/// the threads counted those).
+fn drain<Q: MqQdisc<Frame>>(q: &TxQueue<Frame, Q>, mut now: u64) -> (u64, u64) {
+    let mut out = Vec::new();
+    let mut sent = 0u64;
+    for _ in 0..1_000_000 {
+        match q.run(now, 4096, &mut out, |o| {
+            sent += o.len() as u64;
+            o.clear();
+        }) {
+            RunResult::Ran {
+                next: NextRun::Idle,
+                ..
+            } if q.backlog() == 0 => break,
+            RunResult::Ran {
+                next: NextRun::At(t),
+                ..
+            } => now = now.max(t),
+            _ => {}
+        }
+    }
+    let s = q.stats();
+    (sent, s.total_drops() - s.intake_full)
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    let mut args = Args::parse();
+    if args.smoke {
+        args.seconds = 0.03;
+        args.warmup = 0.01;
+        args.reps = 1;
+    }
+    if args.burst == 0 || args.threads.contains(&0) {
+        bail!("--burst and --threads must be at least 1; try --burst 32 --threads 1,2");
+    }
+    let cake = CakeConfig {
+        rate: Rate::from_bits_per_sec(args.cake_rate_mbit.saturating_mul(1_000_000)),
+        flow_mode: FlowMode::TripleIsolate,
+        ..CakeConfig::default()
+    };
+    let bench = Bench {
+        seconds: args.seconds,
+        warmup: args.warmup,
+        burst: args.burst,
+        metas: metas(args.flows),
+        cores: core_affinity::get_core_ids().unwrap_or_default(),
+        cake,
+    };
+    println!(
+        "pktgen: {} ({}); load {}; {} s x {} reps per row, burst {}, {} flows, CAKE rate {}",
+        machine_line(),
+        utc_now(),
+        load_average(),
+        args.seconds,
+        args.reps,
+        args.burst,
+        args.flows,
+        bench.cake.rate
+    );
+    let mut table = Table::new(&[
+        "threads",
+        "setup",
+        "Mpps (median)",
+        "ratio to bare",
+        "drops",
+    ]);
+    for &threads in &args.threads {
+        let mut bare = 0.0;
+        for setup in Setup::ALL {
+            let mut runs = Vec::with_capacity(args.reps);
+            let mut drops = 0;
+            for _ in 0..args.reps.max(1) {
+                let row = bench.row(setup, threads)?;
+                runs.push(row.mpps);
+                drops += row.drops;
+            }
+            runs.sort_by(f64::total_cmp);
+            let median = runs[runs.len() / 2];
+            if setup == Setup::Bare {
+                bare = median;
+            }
+            let ratio = if bare > 0.0 { median / bare } else { 0.0 };
+            table.push(vec![
+                threads.to_string(),
+                setup.name().to_string(),
+                format!("{median:.2}"),
+                format!("{ratio:.3}"),
+                drops.to_string(),
+            ]);
+        }
+    }
+    print!("{}", table.to_markdown());
+    Ok(())
+}

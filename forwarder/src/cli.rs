@@ -33,6 +33,26 @@ pub enum Command {
     FromTc(FromTcArgs),
     /// Talk to a running forwarder over its control socket.
     Ctl(CtlArgs),
+    /// Check that this machine can run the DPDK data path (hugepages, IOMMU, NIC drivers,
+    /// cores) and print the fix for each problem (exit 1 when something blocks a start).
+    Preflight(PreflightArgs),
+}
+
+/// `cakewalk preflight`.
+#[derive(Debug, Args)]
+pub struct PreflightArgs {
+    /// TOML config file: its DPDK ports, workers and cores are checked, and the file itself.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// File-system root to inspect (for testing against a fake sysfs tree).
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// Hugepage memory needed, in MiB.
+    #[arg(long, default_value_t = 512)]
+    pub min_hugepage_mib: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Which queueing discipline to run.
@@ -314,9 +334,13 @@ pub struct FromTcArgs {
 /// `cakewalk ctl`.
 #[derive(Debug, Args)]
 pub struct CtlArgs {
-    /// Control socket of the running forwarder.
+    /// Control socket of the running forwarder (default: from --config, else the standard
+    /// path).
     #[arg(long, global = true)]
     pub socket: Option<PathBuf>,
+    /// Config file the forwarder was started with (for its socket path).
+    #[arg(long, short, global = true)]
+    pub config: Option<PathBuf>,
     /// The request.
     #[command(subcommand)]
     pub request: CtlRequest,
@@ -395,7 +419,41 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Ctl(args) => ctl_cmd(args),
+        Command::Preflight(args) => preflight_cmd(args),
     }
+}
+
+fn preflight_cmd(args: PreflightArgs) -> anyhow::Result<ExitCode> {
+    let mut opts = crate::preflight::Options {
+        root: args.root.clone(),
+        min_hugepage_mib: args.min_hugepage_mib,
+        ..crate::preflight::Options::default()
+    };
+    if let Some(path) = &args.config {
+        match Config::load(Some(path), &Overrides::default()) {
+            Ok(config) => {
+                opts = opts.with_ports(&config.ports);
+                opts.queues = config.engine.workers.max(1);
+                opts.cores = config.engine.cores.clone();
+                opts.config = Some(Ok(()));
+            }
+            Err(e) => opts.config = Some(Err(e.to_string())),
+        }
+    }
+    let report = crate::preflight::run(&opts);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report as JSON")?
+        );
+    } else {
+        println!("{report}");
+    }
+    Ok(if report.may_start() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn explain_cmd(args: ExplainArgs) -> anyhow::Result<ExitCode> {
@@ -427,6 +485,43 @@ fn explain_cmd(args: ExplainArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn ctl_cmd(args: CtlArgs) -> anyhow::Result<ExitCode> {
-    let _ = (&args.socket, &args.request);
-    anyhow::bail!("the control client is not built into this cakewalk yet")
+    let socket = match (&args.socket, &args.config) {
+        (Some(s), _) => s.clone(),
+        (None, Some(path)) => {
+            let config = Config::load(Some(path), &Overrides::default())?;
+            match config
+                .stats
+                .get("control_socket")
+                .and_then(toml::Value::as_str)
+            {
+                Some(s) if !s.is_empty() && s != "off" => PathBuf::from(s),
+                _ => crate::control::default_socket_path(),
+            }
+        }
+        (None, None) => crate::control::default_socket_path(),
+    };
+    let command = match &args.request {
+        CtlRequest::Set { what } => match what {
+            CtlSet::Rate { rate } => format!("set rate {rate}"),
+            CtlSet::Diffserv { mode } => format!("set diffserv {mode}"),
+            CtlSet::Overhead { overhead } => {
+                if overhead.trim().parse::<i64>().is_ok() {
+                    format!("set overhead {overhead}")
+                } else {
+                    format!("set {overhead}")
+                }
+            }
+            CtlSet::FlowMode { mode } => format!("set flow-mode {mode}"),
+        },
+        CtlRequest::Stats { json: true } => "stats json".to_string(),
+        CtlRequest::Stats { json: false } => "stats".to_string(),
+    };
+    let reply = crate::control::client::send(&socket, &command)
+        .with_context(|| format!("sending '{command}' to {}", socket.display()))?;
+    let reply = reply.trim_end();
+    if let Some(err) = reply.strip_prefix("error: ") {
+        anyhow::bail!("the forwarder refused '{command}': {err}");
+    }
+    println!("{reply}");
+    Ok(ExitCode::SUCCESS)
 }

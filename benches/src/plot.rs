@@ -151,7 +151,13 @@ pub fn bar_chart(
 ) -> Result<Drawn, PlotError> {
     let n_cat = categories.len().max(1);
     let n_ser = series_names.len().max(1);
-    let finite = || values.iter().flatten().copied().filter(|v| v.is_finite() && (!log_y || *v > 0.0));
+    let finite = || {
+        values
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|v| v.is_finite() && (!log_y || *v > 0.0))
+    };
     let y1 = finite().fold(0.0f64, f64::max).max(1e-3) * if log_y { 2.0 } else { 1.15 };
     let y0 = if log_y {
         finite().fold(f64::MAX, f64::min).min(y1 / 10.0) / 2.0
@@ -270,7 +276,10 @@ mod tests {
     fn a_grouped_bar_chart_renders_a_png_even_with_missing_values() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("b.png");
-        let cats = vec!["htb+pfifo nup32".to_string(), "cake eq q8 unequal".to_string()];
+        let cats = vec![
+            "htb+pfifo nup32".to_string(),
+            "cake eq q8 unequal".to_string(),
+        ];
         let names = vec!["p50".to_string(), "p99".to_string()];
         let vals = vec![vec![19.0, 1.0], vec![28.0, f64::NAN]];
         bar_chart(&p, "latency", "ms", &cats, &names, &vals, false).unwrap();

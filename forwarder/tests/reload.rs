@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use forwarder::config::{Config, Overrides};
 
 fn repo_file(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(rel)
 }
 
 #[test]
@@ -40,8 +42,12 @@ fn every_key_in_the_deploy_example_has_a_comment_above_it() {
             .rev()
             .take_while(|l| !l.trim().is_empty())
             .any(|l| l.trim().starts_with('#'));
-        let same_as_port_a = ["name", "kind", "iface", "rx_queues"].contains(&key)
-            && text.contains("[ports.a]");
-        assert!(commented || same_as_port_a, "key '{key}' (line {}) has no comment", i + 1);
+        let same_as_port_a =
+            ["name", "kind", "iface", "rx_queues"].contains(&key) && text.contains("[ports.a]");
+        assert!(
+            commented || same_as_port_a,
+            "key '{key}' (line {}) has no comment",
+            i + 1
+        );
     }
 }

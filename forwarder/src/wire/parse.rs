@@ -312,3 +312,229 @@ pub fn tcp_ack_info(frame: &[u8]) -> Option<TcpAckInfo> {
     let tcp = TcpSegment::new_checked(l4).ok()?;
     Some(tcp.ack_info(loc.l4_len))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MACS: [u8; 12] = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+
+    fn frame(ethertype: [u8; 2], rest: &[u8]) -> Vec<u8> {
+        let mut f = MACS.to_vec();
+        f.extend_from_slice(&ethertype);
+        f.extend_from_slice(rest);
+        f
+    }
+
+    // IPv4 with a 4-byte option (IHL 6), TCP 40000 -> 443, DSCP 10 (AF11), ECT(1), then a
+    // 20-byte TCP header. Checksums are not checked by the parser.
+    static IPV4_OPTIONS_TCP: [u8; 44] = [
+        0x46, 0x29, 0x00, 0x2c, 0, 1, 0x40, 0, 64, 6, 0, 0, 192, 0, 2, 1, 198, 51, 100, 7, //
+        0x01, 0x01, 0x01, 0x00, // NOP NOP NOP EOL
+        0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0,
+    ];
+
+    #[test]
+    fn ipv4_with_options_reaches_the_tcp_ports() {
+        let f = frame([0x08, 0x00], &IPV4_OPTIONS_TCP);
+        let p = parse(&f);
+        assert_eq!(p.malformed, None);
+        assert_eq!(p.l3_offset, 14);
+        assert_eq!(p.l4_offset, 14 + 24);
+        let k = p.meta.keys;
+        assert_eq!(k.l3, L3Kind::Ipv4);
+        assert_eq!(&k.src_addr[10..], &[0xff, 0xff, 192, 0, 2, 1]);
+        assert_eq!(&k.dst_addr[12..], &[198, 51, 100, 7]);
+        assert_eq!((k.protocol, k.src_port, k.dst_port), (6, 40000, 443));
+        assert_eq!((p.meta.dscp, p.meta.ecn, p.meta.l2_len), (10, 1, 14));
+    }
+
+    #[test]
+    fn ipv4_fragments_carry_no_ports() {
+        let mut later = IPV4_OPTIONS_TCP;
+        later[6] = 0x00;
+        later[7] = 0x10; // offset 16 × 8 bytes
+        let p = parse(&frame([0x08, 0x00], &later));
+        assert_eq!(p.malformed, None);
+        assert_eq!((p.meta.keys.src_port, p.meta.keys.dst_port), (0, 0));
+        assert_eq!(p.meta.keys.protocol, 6);
+        assert_eq!(p.l4_offset, 0);
+
+        let mut first = IPV4_OPTIONS_TCP;
+        first[6] = 0x20; // MF, offset 0
+        let p = parse(&frame([0x08, 0x00], &first));
+        assert_eq!(p.meta.keys.src_port, 0, "all pieces share one flow");
+    }
+
+    #[test]
+    fn trailing_ethernet_padding_is_ignored() {
+        let mut padded = IPV4_OPTIONS_TCP.to_vec();
+        padded.extend_from_slice(&[0; 16]);
+        let p = parse(&frame([0x08, 0x00], &padded));
+        assert_eq!(p.malformed, None);
+        assert_eq!(p.meta.keys.dst_port, 443);
+    }
+
+    #[test]
+    fn vlan_and_qinq_tags_are_skipped() {
+        let mut tagged = vec![0x00, 0x0a, 0x08, 0x00];
+        tagged.extend_from_slice(&IPV4_OPTIONS_TCP);
+        let p = parse(&frame([0x81, 0x00], &tagged));
+        assert_eq!((p.l3_offset, p.meta.l2_len), (18, 18));
+        assert_eq!(p.meta.keys.dst_port, 443);
+
+        let mut qinq = vec![0x00, 0x64, 0x81, 0x00, 0x00, 0x0a, 0x08, 0x00];
+        qinq.extend_from_slice(&IPV4_OPTIONS_TCP);
+        let p = parse(&frame([0x88, 0xa8], &qinq));
+        assert_eq!(p.l3_offset, 22);
+        assert_eq!(p.meta.keys.dst_port, 443);
+        let p = parse(&frame([0x91, 0x00], &qinq));
+        assert_eq!(p.l3_offset, 22);
+    }
+
+    #[test]
+    fn arp_is_non_ip_with_dscp_56() {
+        let arp = [0u8; 28];
+        let p = parse(&frame([0x08, 0x06], &arp));
+        assert_eq!(p.meta.keys.l3, L3Kind::NonIp);
+        assert_eq!(p.meta.dscp, ARP_DSCP);
+        assert_eq!(p.malformed, None);
+    }
+
+    #[test]
+    fn other_ethertypes_are_non_ip_with_dscp_0() {
+        let p = parse(&frame([0x88, 0xcc], &[0u8; 40])); // LLDP
+        assert_eq!(p.meta.keys.l3, L3Kind::NonIp);
+        assert_eq!((p.meta.dscp, p.malformed), (0, None));
+    }
+
+    // IPv6, TC 0x2e<<2 (EF), hop-by-hop (8) -> fragment (atomic, 8) -> UDP 5000 -> 6000.
+    static IPV6_EXT_UDP: [u8; 64] = [
+        0x6b, 0x80, 0x00, 0x00, 0x00, 0x18, 0, 64, //
+        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, //
+        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, //
+        44, 0, 1, 4, 0, 0, 0, 0, // hop-by-hop: next = fragment, PadN
+        17, 0, 0, 0, 0, 0, 0, 9, // fragment: next = UDP, offset 0, M = 0
+        0x13, 0x88, 0x17, 0x70, 0x00, 0x08, 0x00, 0x00, // UDP
+    ];
+
+    #[test]
+    fn ipv6_extension_headers_lead_to_the_udp_ports() {
+        let p = parse(&frame([0x86, 0xdd], &IPV6_EXT_UDP));
+        assert_eq!(p.malformed, None);
+        let k = p.meta.keys;
+        assert_eq!(k.l3, L3Kind::Ipv6);
+        assert_eq!((k.protocol, k.src_port, k.dst_port), (17, 5000, 6000));
+        assert_eq!(p.meta.dscp, 46);
+        assert_eq!(p.l4_offset, 14 + 40 + 16);
+    }
+
+    #[test]
+    fn ipv6_non_atomic_fragments_carry_no_ports() {
+        let mut f = IPV6_EXT_UDP;
+        f[51] = 0x01; // M flag
+        let p = parse(&frame([0x86, 0xdd], &f));
+        assert_eq!(p.malformed, None);
+        assert_eq!((p.meta.keys.src_port, p.meta.keys.protocol), (0, 17));
+    }
+
+    #[test]
+    fn ipv6_flow_label_is_reported() {
+        let mut f = IPV6_EXT_UDP;
+        f[1] |= 0x0a;
+        f[2] = 0xbc;
+        f[3] = 0xde;
+        let p = parse(&frame([0x86, 0xdd], &f));
+        assert_eq!(p.meta.keys.flow_label, 0xabcde);
+    }
+
+    #[test]
+    fn icmp_has_no_ports_but_is_ip() {
+        let mut icmp = IPV4_OPTIONS_TCP;
+        icmp[9] = 1;
+        let p = parse(&frame([0x08, 0x00], &icmp));
+        assert_eq!(p.malformed, None);
+        assert_eq!((p.meta.keys.l3, p.meta.keys.protocol), (L3Kind::Ipv4, 1));
+        assert_eq!(p.meta.keys.src_port, 0);
+    }
+
+    #[test]
+    fn cut_frames_are_forwarded_as_non_ip_with_a_reason() {
+        let whole = frame([0x08, 0x00], &IPV4_OPTIONS_TCP);
+        let cases = [
+            (10, Malformed::TruncatedEthernet),
+            (20, Malformed::TruncatedIpv4),
+            (14 + 30, Malformed::TruncatedIpv4), // total length says 44
+        ];
+        for (len, reason) in cases {
+            let p = parse(&whole[..len]);
+            assert_eq!(p.malformed, Some(reason), "len {len}");
+            assert_eq!(p.meta.keys.l3, L3Kind::NonIp);
+            assert_eq!(p.meta.dscp, 0);
+        }
+        // Total length consistent with a cut TCP header.
+        let mut short = IPV4_OPTIONS_TCP[..34].to_vec();
+        short[3] = 34;
+        let p = parse(&frame([0x08, 0x00], &short));
+        assert_eq!(p.malformed, Some(Malformed::TruncatedL4));
+
+        let v6 = frame([0x86, 0xdd], &IPV6_EXT_UDP);
+        assert_eq!(parse(&v6[..50]).malformed, Some(Malformed::TruncatedIpv6));
+        let mut bad_ext = IPV6_EXT_UDP;
+        bad_ext[41] = 20; // hop-by-hop claims 168 bytes
+        assert_eq!(
+            parse(&frame([0x86, 0xdd], &bad_ext)).malformed,
+            Some(Malformed::TruncatedIpv6ExtensionHeader)
+        );
+    }
+
+    #[test]
+    fn version_mismatch_is_malformed() {
+        let p = parse(&frame([0x86, 0xdd], &IPV4_OPTIONS_TCP));
+        assert_eq!(p.malformed, Some(Malformed::BadIpVersion));
+        let mut v = IPV6_EXT_UDP;
+        v[0] = 0x4b;
+        assert_eq!(
+            parse(&frame([0x86, 0xdd], &v)).malformed,
+            Some(Malformed::BadIpVersion)
+        );
+    }
+
+    #[test]
+    fn malformed_reasons_have_distinct_names_and_indices() {
+        let mut names: Vec<&str> = Malformed::ALL.iter().map(|m| m.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Malformed::ALL.len());
+        for (i, m) in Malformed::ALL.iter().enumerate() {
+            assert_eq!(m.index(), i);
+        }
+    }
+
+    #[test]
+    fn tcp_ack_info_reads_through_vlan_and_ipv6() {
+        let mut buf = [0u8; 200];
+        let spec = crate::wire::TcpSpec {
+            src: "2001:db8::1".parse().unwrap(),
+            dst: "2001:db8::2".parse().unwrap(),
+            src_port: 1,
+            dst_port: 2,
+            dscp: 0,
+            ecn: 0,
+            flags: 0x10,
+            seq: 5,
+            ack: 77,
+            options: &[5, 10, 0, 0, 0, 1, 0, 0, 0, 2],
+            payload_len: 3,
+        };
+        let n = crate::wire::build_tcp_frame(&mut buf, &spec).unwrap();
+        let mut tagged = buf[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
+        tagged.extend_from_slice(&buf[12..n]);
+        let info = tcp_ack_info(&tagged).unwrap();
+        assert_eq!(info.ack_seq, 77);
+        assert_eq!(info.payload_len, 3);
+        assert_eq!((info.sack_count, info.sack[0]), (1, (1, 2)));
+        assert!(tcp_ack_info(&frame([0x08, 0x06], &[0; 28])).is_none());
+    }
+}

@@ -334,7 +334,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         engine: running.shared().clone(),
         queues: views,
         synth: soft.synth.clone(),
-        handoff: Box::new(move |e| handoff_src(e)),
+        handoff: Box::new(handoff_src),
     });
 
     let latest_text = Arc::new(Mutex::new(String::from("no report yet\n")));

@@ -422,7 +422,7 @@ fn pick_cores(cfg: &EngineConfig) -> Option<Vec<core_affinity::CoreId>> {
     }
     // Leave the first core to the stats/control threads when there is more than one.
     let n = all.len();
-    let skip = if n > cfg.workers { n - cfg.workers } else { 0 };
+    let skip = n.saturating_sub(cfg.workers);
     Some(all[skip..].to_vec())
 }
 
@@ -565,7 +565,7 @@ impl<P: PortBuf> Worker<P> {
                 }
             }
             idle_iters = idle_iters.saturating_add(1);
-            if idle_iters % 1024 == 0 {
+            if idle_iters & 1023 == 0 {
                 counters.publish(&local);
             }
             match self.idle {

@@ -78,18 +78,13 @@ pub enum IpVersion {
 }
 
 /// Frame sizes the generator emits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PacketSize {
     /// Every frame this long (bytes, FCS excluded; raised to the minimum for the IP version).
     Fixed(usize),
     /// The simple IMIX: 64, 576 and 1500 bytes in the ratio 7:4:1.
+    #[default]
     Imix,
-}
-
-impl Default for PacketSize {
-    fn default() -> Self {
-        PacketSize::Imix
-    }
 }
 
 impl FromStr for PacketSize {
@@ -282,7 +277,9 @@ impl SynthPlan {
             PacketSize::Imix => {
                 let mut v = Vec::new();
                 for (s, w) in IMIX.iter().zip(IMIX_WEIGHTS) {
-                    v.extend(std::iter::repeat(*s).take(w));
+                    for _ in 0..w {
+                        v.push(*s);
+                    }
                 }
                 // Fisher-Yates with the seed, so large frames are spread out.
                 for i in (1..v.len()).rev() {
@@ -345,7 +342,7 @@ impl SynthPlan {
         let src_mac = [0x02, 0, 0, 0, self.port, 0x01];
         out[0..6].copy_from_slice(&dst_mac);
         out[6..12].copy_from_slice(&src_mac);
-        let tos = (self.dscp_of_flow[flow as usize] << 2) | u8::from(self.ecn) * 2;
+        let tos = (self.dscp_of_flow[flow as usize] << 2) | (u8::from(self.ecn) * 2);
         let host = flow.to_be_bytes();
         let sport = 1024 + (flow % 60000) as u16;
         let dport = 5001 + (flow / 60000) as u16;

@@ -12,6 +12,9 @@ pub mod keywords;
 pub mod tc;
 pub mod units;
 
+#[cfg(test)]
+mod props;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 

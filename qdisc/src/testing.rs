@@ -99,7 +99,8 @@ pub struct Source {
 impl Source {
     /// A source sending `len`-byte packets of `flow` at `rate` (frame bytes) from time 0 on.
     pub fn cbr(flow: u32, meta: PacketMeta, len: usize, rate: Rate) -> Source {
-        let gap_ns = ((len as u128 * 1_000_000_000) / u128::from(rate.bytes_per_sec().max(1))) as u64;
+        let gap_ns =
+            ((len as u128 * 1_000_000_000) / u128::from(rate.bytes_per_sec().max(1))) as u64;
         Source {
             flow,
             meta,
@@ -276,7 +277,9 @@ impl<Q: Qdisc<TestPacket>> Harness<Q> {
     fn arrivals(&mut self) {
         let now = self.now_ns;
         for i in 0..self.sources.len() {
-            while self.sources[i].next_ns <= now && self.sources[i].next_ns < self.sources[i].stop_ns {
+            while self.sources[i].next_ns <= now
+                && self.sources[i].next_ns < self.sources[i].stop_ns
+            {
                 let src = &mut self.sources[i];
                 let mut p = TestPacket::new(src.len, src.flow, src.seq);
                 p.ect = src.ect;

@@ -1215,6 +1215,7 @@ impl<P: Packet> Cake<P> {
                 }
             }
         }
+        self.stats.memory_current = self.buffer_used;
         result
     }
 

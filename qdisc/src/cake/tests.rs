@@ -1,11 +1,40 @@
-//! Unit tests of the CAKE instance: lookups and host fairness, the state machine, the
-//! shaper and overflow handling, and the quirks the module docs list.
+//! Unit tests of the CAKE instance: set-associative lookups and host fairness, the flow
+//! state machine, overflow and limits, the ACK filter through the queue, bypass, rate
+//! changes and reconfiguration, and the quirks listed in the module docs.
 
 use super::*;
 use crate::testing::{udp_meta, TestPacket};
+use crate::TcpAckInfo;
 
 fn cake(config: CakeConfig) -> Cake<TestPacket> {
     Cake::new(&config).unwrap()
+}
+
+fn unlimited(flow_mode: FlowMode, diffserv: DiffservMode) -> Cake<TestPacket> {
+    cake(CakeConfig {
+        flow_mode,
+        diffserv,
+        ..CakeConfig::default()
+    })
+}
+
+fn pkt(len: usize, flow: u32, seq: u64) -> TestPacket {
+    TestPacket::new(len, flow, seq)
+}
+
+fn with_hash(h: u32) -> PacketMeta {
+    PacketMeta {
+        l4_hash: Some(h),
+        ..udp_meta(1, 2, 3, 0)
+    }
+}
+
+fn drain(c: &mut Cake<TestPacket>, now: u64) -> Vec<TestPacket> {
+    let mut out = Vec::new();
+    while let Dequeue::Packet(p) = c.dequeue(now) {
+        out.push(p);
+    }
+    out
 }
 
 #[test]
@@ -14,4 +43,678 @@ fn a_default_instance_preallocates_under_two_mebibytes() {
     let bytes = c.preallocated_bytes();
     assert!(bytes < 2 << 20, "{bytes} bytes");
     assert_eq!(std::mem::size_of::<Flow>(), 64);
+    assert!(c.slab_bytes() >= 10241 * std::mem::size_of::<Slot<TestPacket>>());
+}
+
+#[test]
+fn new_rejects_an_invalid_config() {
+    let bad = CakeConfig {
+        packet_limit: 0,
+        ..CakeConfig::default()
+    };
+    assert_eq!(
+        Cake::<TestPacket>::new(&bad).unwrap_err(),
+        ConfigError::ZeroPacketLimit
+    );
+    let mut c = cake(CakeConfig::default());
+    assert!(c.reconfigure(&bad).is_err());
+    assert_eq!(
+        c.config().packet_limit,
+        10240,
+        "a refused reconfigure changes nothing"
+    );
+}
+
+#[test]
+fn set_associative_lookup_counts_misses_hits_and_collisions() {
+    let mut c = unlimited(FlowMode::Flows, DiffservMode::Besteffort);
+    // Nine hashes that all want bucket 16 (set 16..24).
+    let hashes: Vec<u32> = (0..9).map(|j| 16 + 1024 * j).collect();
+    for (n, &h) in hashes.iter().enumerate().take(8) {
+        c.enqueue(0, pkt(100, n as u32, 0), &with_hash(h));
+        assert_eq!(c.classify(&with_hash(h)).flow, 16 + n, "way {n}");
+    }
+    let st = &c.stats().tins[0];
+    assert_eq!(
+        (st.way_misses, st.way_collisions, st.way_directs),
+        (8, 0, 0)
+    );
+    // A ninth flow finds every way busy and shares its home bucket.
+    c.enqueue(0, pkt(100, 8, 0), &with_hash(hashes[8]));
+    assert_eq!(c.stats().tins[0].way_collisions, 1);
+    // The first flow's tag sits in the first way: a direct hit until it is evicted;
+    // the second flow's tag sits in the second way: an indirect hit.
+    c.enqueue(0, pkt(100, 1, 1), &with_hash(hashes[1]));
+    assert_eq!(c.stats().tins[0].way_indirect_hits, 1);
+    c.enqueue(0, pkt(100, 8, 1), &with_hash(hashes[8]));
+    assert_eq!(c.stats().tins[0].way_directs, 1);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn flowblind_puts_everything_in_flow_zero() {
+    let mut c = unlimited(FlowMode::Flowblind, DiffservMode::Besteffort);
+    for f in 0..10 {
+        c.enqueue(0, pkt(100, f, 0), &udp_meta(f, f, f, 0));
+        assert_eq!(c.classify(&udp_meta(f, f, f, 0)).flow, 0);
+    }
+    assert_eq!(c.stats().tins[0].sparse_flows, 1);
+    let out: Vec<u32> = drain(&mut c, 1).iter().map(|p| p.flow).collect();
+    assert_eq!(out, (0..10).collect::<Vec<_>>(), "one FIFO");
+}
+
+#[test]
+fn host_modes_hash_by_host_only() {
+    let mut c = unlimited(FlowMode::Srchost, DiffservMode::Besteffort);
+    let a = c.classify(&udp_meta(1, 1, 1, 0));
+    let b = c.classify(&udp_meta(1, 7, 99, 0));
+    assert_eq!(a.flow_hash, b.flow_hash, "same source host, one queue");
+    assert_eq!(a.src_host, None, "no host fairness outside the dual modes");
+    c.reconfigure(&CakeConfig {
+        flow_mode: FlowMode::Hosts,
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    })
+    .unwrap();
+    let a = c.classify(&udp_meta(1, 1, 1, 0));
+    let b = c.classify(&udp_meta(1, 7, 1, 0));
+    assert_ne!(a.flow_hash, b.flow_hash);
+}
+
+#[test]
+fn l4_hash_is_reused_in_flow_modes_unless_nat_rewrote_the_keys() {
+    let c = unlimited(FlowMode::TripleIsolate, DiffservMode::Besteffort);
+    let m = with_hash(0xdead_beef);
+    let cl = c.classify(&m);
+    assert!(cl.used_l4_hash);
+    assert_eq!(cl.flow_hash, 0xdead_beef);
+    assert_eq!(cl.flow, 0xdead_beef % 1024);
+    let rewritten = PacketMeta {
+        keys_rewritten: true,
+        ..m
+    };
+    assert!(
+        c.classify(&rewritten).used_l4_hash,
+        "without nat a rewrite does not matter"
+    );
+    let nat = cake(CakeConfig {
+        nat: true,
+        ..CakeConfig::default()
+    });
+    assert!(!nat.classify(&rewritten).used_l4_hash);
+    assert!(nat.classify(&m).used_l4_hash);
+    let hosts = unlimited(FlowMode::Dsthost, DiffservMode::Besteffort);
+    assert!(
+        !hosts.classify(&m).used_l4_hash,
+        "host modes never use the flow hash"
+    );
+}
+
+#[test]
+fn dscp_and_fwmark_choose_the_tin() {
+    let mut c = cake(CakeConfig {
+        fwmark_mask: 0xf0,
+        ..CakeConfig::default()
+    });
+    assert_eq!(c.classify(&udp_meta(1, 1, 1, 46)).tin, 2);
+    assert_eq!(c.classify(&udp_meta(1, 1, 1, 46)).tin_name, "Voice");
+    assert_eq!(c.classify(&udp_meta(1, 1, 1, 8)).tin, 1);
+    assert_eq!(c.classify(&udp_meta(1, 1, 1, 0)).tin, 0);
+    // Mark 1 (after masking and shifting) selects tin_order[0] = Bulk.
+    let marked = PacketMeta {
+        mark: 0x10,
+        ..udp_meta(1, 1, 1, 46)
+    };
+    assert_eq!(c.classify(&marked).tin, 1);
+    let out_of_range = PacketMeta {
+        mark: 0x90,
+        ..udp_meta(1, 1, 1, 46)
+    };
+    assert_eq!(
+        c.classify(&out_of_range).tin,
+        2,
+        "mark 9 > tin count falls back to DSCP"
+    );
+    c.enqueue(0, pkt(100, 0, 0), &udp_meta(1, 1, 1, 46));
+    assert_eq!(c.stats().tins[2].backlog_bytes, 100);
+    assert_eq!(c.tin_names(), &["Best Effort", "Bulk", "Voice"]);
+    assert_eq!(c.tin_order(), &[1, 0, 2]);
+}
+
+#[test]
+fn hosts_get_equal_shares_whatever_their_flow_count() {
+    // Triple-isolate, unlimited: host 1 runs 4 bulk flows, host 2 runs one.
+    let mut c = unlimited(FlowMode::TripleIsolate, DiffservMode::Besteffort);
+    let metas: Vec<PacketMeta> = (0..4)
+        .map(|f| udp_meta(1, 1, f, 0))
+        .chain(std::iter::once(udp_meta(2, 2, 100, 0)))
+        .collect();
+    let mut seq = 0;
+    for _ in 0..40 {
+        for (f, m) in metas.iter().enumerate() {
+            c.enqueue(0, pkt(1000, f as u32, seq), m);
+            seq += 1;
+        }
+    }
+    let mut bytes = [0u64; 2];
+    for i in 0..2000u64 {
+        if let Dequeue::Packet(p) = c.dequeue(i) {
+            bytes[usize::from(p.flow == 4)] += p.len as u64;
+            // Keep every flow backlogged.
+            c.enqueue(i, pkt(1000, p.flow, seq), &metas[p.flow as usize]);
+            seq += 1;
+        }
+    }
+    let ratio = bytes[0] as f64 / bytes[1] as f64;
+    assert!((ratio - 1.0).abs() < 0.05, "host bytes {bytes:?}");
+    let cl = c.classify(&metas[0]);
+    assert_eq!(c.hosts[cl.src_host.unwrap()].src_bulk, 4);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn flows_mode_ignores_hosts() {
+    let mut c = unlimited(FlowMode::Flows, DiffservMode::Besteffort);
+    let metas: Vec<PacketMeta> = (0..4)
+        .map(|f| udp_meta(1, 1, f, 0))
+        .chain(std::iter::once(udp_meta(2, 2, 100, 0)))
+        .collect();
+    let mut seq = 0;
+    for _ in 0..40 {
+        for (f, m) in metas.iter().enumerate() {
+            c.enqueue(0, pkt(1000, f as u32, seq), m);
+            seq += 1;
+        }
+    }
+    let mut per_flow = [0u64; 5];
+    for i in 0..2000u64 {
+        if let Dequeue::Packet(p) = c.dequeue(i) {
+            per_flow[p.flow as usize] += 1;
+            c.enqueue(i, pkt(1000, p.flow, seq), &metas[p.flow as usize]);
+            seq += 1;
+        }
+    }
+    let (min, max) = (
+        per_flow.iter().min().unwrap(),
+        per_flow.iter().max().unwrap(),
+    );
+    assert!(max - min <= 3, "{per_flow:?}");
+}
+
+#[test]
+fn unlimited_mode_splits_tins_by_tin_quantum() {
+    let mut c = unlimited(FlowMode::Flows, DiffservMode::Diffserv3);
+    let metas = [
+        udp_meta(1, 1, 1, 0),
+        udp_meta(1, 1, 2, 8),
+        udp_meta(1, 1, 3, 46),
+    ];
+    let mut seq = 0;
+    for _ in 0..50 {
+        for (f, m) in metas.iter().enumerate() {
+            c.enqueue(0, pkt(100, f as u32, seq), m);
+            seq += 1;
+        }
+    }
+    let mut bytes = [0u64; 3];
+    for i in 0..6000u64 {
+        if let Dequeue::Packet(p) = c.dequeue(i) {
+            bytes[p.flow as usize] += 100;
+            c.enqueue(i, pkt(100, p.flow, seq), &metas[p.flow as usize]);
+            seq += 1;
+        }
+    }
+    // Best effort 1024, bulk 64, voice 256.
+    let be_bulk = bytes[0] as f64 / bytes[1] as f64;
+    let voice_bulk = bytes[2] as f64 / bytes[1] as f64;
+    assert!((be_bulk - 16.0).abs() < 1.0, "{bytes:?}");
+    assert!((voice_bulk - 4.0).abs() < 0.3, "{bytes:?}");
+}
+
+#[test]
+fn sent_counters_count_deliveries_not_enqueues() {
+    let mut c = cake(CakeConfig::default());
+    c.enqueue(0, pkt(300, 0, 0), &udp_meta(1, 1, 1, 0));
+    assert_eq!(c.stats().tins[0].sent_packets, 0);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c.backlog_bytes(), 300);
+    assert!(matches!(c.dequeue(5), Dequeue::Packet(_)));
+    let st = &c.stats().tins[0];
+    assert_eq!(
+        (st.sent_packets, st.sent_bytes, st.backlog_bytes),
+        (1, 300, 0)
+    );
+    assert_eq!(c.dequeue(6), Dequeue::Empty);
+}
+
+#[test]
+fn bypass_charges_the_shaper_only_when_empty_and_open() {
+    let mut c = cake(CakeConfig {
+        rate: Rate::from_bytes_per_sec(1_000_000), // 1 µs per byte
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    });
+    let m = udp_meta(1, 1, 1, 0);
+    assert!(c.try_bypass(1_000, &pkt(1000, 0, 0), &m));
+    assert_eq!(c.stats().tins[0].sent_packets, 1);
+    assert_eq!(c.stats().bypassed_packets, 1);
+    // The shaper is now busy until 1_000 + 1_000_000 ns.
+    assert!(!c.try_bypass(500_000, &pkt(1000, 0, 1), &m));
+    assert_eq!(
+        c.stats().tins[0].sent_packets,
+        1,
+        "a refused bypass changes nothing"
+    );
+    assert!(c.try_bypass(1_001_000, &pkt(1000, 0, 2), &m));
+    // Something queued: never bypass.
+    c.enqueue(1_500_000, pkt(1000, 0, 3), &m);
+    assert!(!c.try_bypass(10_000_000, &pkt(1000, 0, 4), &m));
+    assert_eq!(c.dequeue(1_500_000), Dequeue::NotBefore(2_001_000));
+    assert_eq!(c.next_wakeup(), Some(2_001_000));
+}
+
+#[test]
+fn time_going_backwards_is_clamped_and_counted() {
+    let mut c = cake(CakeConfig::default());
+    c.enqueue(1_000, pkt(100, 0, 0), &udp_meta(1, 1, 1, 0));
+    c.enqueue(500, pkt(100, 0, 1), &udp_meta(1, 1, 1, 0));
+    assert_eq!(c.stats().clock_clamps, 1);
+    assert!(matches!(c.dequeue(200), Dequeue::Packet(_)));
+    assert_eq!(c.stats().clock_clamps, 2);
+    assert_eq!(
+        c.slots[c.flows[c.classify(&udp_meta(1, 1, 1, 0)).flow].head as usize].enqueue_ns,
+        1_000
+    );
+}
+
+#[test]
+fn packet_limit_drops_the_head_of_the_fattest_flow() {
+    let mut c = cake(CakeConfig {
+        packet_limit: 10,
+        ..CakeConfig::default()
+    });
+    // Flow 0: six 1000-byte packets; flow 1: four 100-byte packets.
+    for s in 0..6 {
+        c.enqueue(0, pkt(1000, 0, s), &udp_meta(1, 1, 0, 0));
+    }
+    for s in 0..4 {
+        c.enqueue(0, pkt(100, 1, s), &udp_meta(2, 2, 1, 0));
+    }
+    let r = c.enqueue(0, pkt(100, 1, 4), &udp_meta(2, 2, 1, 0));
+    assert_eq!(
+        (r.dropped_packets, r.dropped_bytes, r.reason),
+        (1, 1000, Some(DropReason::Overflow))
+    );
+    assert_eq!(c.len(), 10);
+    let out = drain(&mut c, 1);
+    let flow0: Vec<u64> = out.iter().filter(|p| p.flow == 0).map(|p| p.seq).collect();
+    assert_eq!(flow0, vec![1, 2, 3, 4, 5], "the head (seq 0) went");
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn memory_limit_counts_footprints_and_tracks_the_peak() {
+    let mut c = cake(CakeConfig {
+        memlimit: Some(10_000),
+        ..CakeConfig::default()
+    });
+    assert_eq!(c.stats().memory_limit, 10_000);
+    let mut dropped = 0;
+    for s in 0..20 {
+        dropped += c
+            .enqueue(1_000_000_000, pkt(1000, 0, s), &udp_meta(1, 1, 0, 0))
+            .dropped_packets;
+    }
+    assert_eq!((c.len(), dropped), (10, 10));
+    // Linux samples the peak before the overflow drop, so it briefly exceeds the limit.
+    assert_eq!(c.stats().memory_used, 11_000, "peak, not current");
+    assert_eq!(c.stats().memory_current, 10_000);
+    assert_eq!(c.stats().dropped(DropReason::Overflow), 10);
+    // The victim flow turned on BLUE.
+    assert_eq!(c.stats().tins[0].unresponsive_flows, 1);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn auto_memory_limit_is_four_times_rate_times_rtt_capped_by_the_packet_limit() {
+    let shaped = |bits: u64| {
+        cake(CakeConfig {
+            rate: Rate::from_bits_per_sec(bits),
+            ..CakeConfig::default()
+        })
+        .stats()
+        .memory_limit
+    };
+    assert_eq!(shaped(10_000_000), 4 << 20, "at least 4 MiB");
+    // 1 Gbit/s: 125 MB/s × 100 ms × 4 = 50 MB, capped at 10240 × 1514.
+    assert_eq!(shaped(1_000_000_000), 10240 * 1514);
+    assert_eq!(
+        cake(CakeConfig::default()).stats().memory_limit,
+        10240 * 1514
+    );
+}
+
+#[test]
+fn overflow_heap_survives_upkeep_through_enqueues_and_dequeues() {
+    let mut c = cake(CakeConfig {
+        packet_limit: 50,
+        ..CakeConfig::default()
+    });
+    let mut seed = 7u64;
+    for i in 0..2000u64 {
+        let r = wyrand(&mut seed);
+        let f = (r % 13) as u32;
+        if r % 3 == 0 {
+            c.dequeue(i);
+        } else {
+            c.enqueue(
+                i,
+                pkt(64 + (r % 1400) as usize, f, i),
+                &udp_meta(f, f, f, 0),
+            );
+        }
+        if i % 50 == 0 {
+            c.check_invariants().unwrap();
+        }
+    }
+    assert!(c.overflow_timeout > 0);
+    c.check_invariants().unwrap();
+}
+
+struct AckPacket {
+    info: TcpAckInfo,
+}
+
+impl Packet for AckPacket {
+    fn len(&self) -> usize {
+        66
+    }
+
+    fn set_ce(&mut self) -> bool {
+        false
+    }
+
+    fn tcp_ack_info(&self) -> Option<TcpAckInfo> {
+        Some(self.info)
+    }
+}
+
+fn tcp_meta() -> PacketMeta {
+    let mut m = udp_meta(1, 2, 3, 0);
+    m.keys.protocol = 6;
+    m
+}
+
+fn ack_pkt(seq: u32) -> AckPacket {
+    AckPacket {
+        info: TcpAckInfo {
+            flags: 0x10,
+            ack_seq: seq,
+            ..TcpAckInfo::default()
+        },
+    }
+}
+
+#[test]
+fn ack_filter_replaces_redundant_acks_in_the_queue() {
+    let mut c: Cake<AckPacket> = Cake::new(&CakeConfig {
+        ack_filter: AckFilterMode::Filter,
+        ..CakeConfig::default()
+    })
+    .unwrap();
+    let m = tcp_meta();
+    assert_eq!(c.enqueue(0, ack_pkt(100), &m).dropped_packets, 0);
+    assert_eq!(c.enqueue(0, ack_pkt(200), &m).dropped_packets, 0);
+    let r = c.enqueue(0, ack_pkt(300), &m);
+    assert_eq!(
+        (r.dropped_packets, r.reason),
+        (1, Some(DropReason::AckFilter))
+    );
+    assert_eq!(c.len(), 2);
+    assert_eq!(c.stats().tins[0].acks_dropped_packets, 1);
+    c.check_invariants().unwrap();
+    let mut seqs = Vec::new();
+    while let Dequeue::Packet(p) = c.dequeue(1) {
+        seqs.push(p.info.ack_seq);
+    }
+    assert_eq!(seqs, vec![200, 300]);
+}
+
+#[test]
+fn aggressive_ack_filter_keeps_only_the_newest_ack() {
+    let mut c: Cake<AckPacket> = Cake::new(&CakeConfig {
+        ack_filter: AckFilterMode::Aggressive,
+        ..CakeConfig::default()
+    })
+    .unwrap();
+    for s in 1..=5 {
+        c.enqueue(0, ack_pkt(s * 100), &tcp_meta());
+    }
+    assert_eq!(c.len(), 1);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn reconfigure_to_fewer_tins_purges_them_and_keeps_the_rest() {
+    let mut c = unlimited(FlowMode::TripleIsolate, DiffservMode::Diffserv8);
+    for d in [0u8, 8, 46, 56] {
+        for s in 0..3 {
+            c.enqueue(
+                0,
+                pkt(100, u32::from(d), s),
+                &udp_meta(1, 1, u32::from(d), d),
+            );
+        }
+    }
+    // Move the DRR cursor into a high tin.
+    c.dequeue(1);
+    c.reconfigure(&CakeConfig {
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    })
+    .unwrap();
+    assert_eq!(c.cursors().0, 0);
+    // diffserv8 put DSCP 0 and 8 in tins 2 and 1: gone. Only tin 0 (nothing) survives.
+    let purged = c.stats().purged_packets;
+    assert!(purged > 0);
+    assert_eq!(c.len() as u64 + purged + 1, 12);
+    c.check_invariants().unwrap();
+    assert_eq!(c.stats().dropped_total(), purged);
+}
+
+#[test]
+fn set_rate_leaves_queues_cursors_and_cobalt_alone() {
+    let mut c = cake(CakeConfig {
+        rate: Rate::from_bits_per_sec(100_000_000),
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    });
+    for f in 0..20 {
+        c.enqueue(0, pkt(1000, f, 0), &udp_meta(f, f, f, 0));
+    }
+    c.dequeue(0);
+    c.dequeue(100_000);
+    let before = (
+        c.cursors(),
+        c.len(),
+        c.backlog_bytes(),
+        c.tins[0].cparams,
+        c.stats().tins[0].flow_quantum,
+    );
+    c.set_rate(Rate::from_bits_per_sec(50_000_000));
+    let after = (
+        c.cursors(),
+        c.len(),
+        c.backlog_bytes(),
+        c.tins[0].cparams,
+        c.stats().tins[0].flow_quantum,
+    );
+    assert_eq!(before, after);
+    assert_eq!(c.stats().tins[0].threshold_rate, 6_250_000);
+    assert_eq!(c.current_rate(), Rate::from_bits_per_sec(50_000_000));
+    assert_eq!(
+        c.rate(),
+        Rate::from_bits_per_sec(100_000_000),
+        "rate() is the configured one"
+    );
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn ingress_mode_charges_aqm_drops_to_the_shaper() {
+    let config = |ingress| CakeConfig {
+        rate: Rate::from_bytes_per_sec(1_000_000),
+        diffserv: DiffservMode::Besteffort,
+        ingress,
+        ..CakeConfig::default()
+    };
+    let run = |ingress| {
+        let mut c = cake(config(ingress));
+        let m = udp_meta(1, 1, 1, 0);
+        for s in 0..200 {
+            c.enqueue(0, pkt(1000, 0, s), &m);
+        }
+        // 200 ms of backlog at 1 ms per packet: COBALT starts dropping after ~5 ms.
+        let mut now = 0;
+        let mut delivered = 0;
+        while now < 100_000_000 {
+            match c.dequeue(now) {
+                Dequeue::Packet(_) => delivered += 1,
+                Dequeue::NotBefore(t) => now = t,
+                Dequeue::Empty => break,
+            }
+        }
+        (delivered, c.stats().dropped(DropReason::Aqm))
+    };
+    let (egress_sent, egress_drops) = run(false);
+    let (ingress_sent, ingress_drops) = run(true);
+    assert!(egress_drops > 0 && ingress_drops > 0);
+    assert!(
+        egress_sent >= 99,
+        "egress sends at the full rate: {egress_sent}"
+    );
+    assert!(
+        ingress_sent + ingress_drops <= 102 && ingress_sent < egress_sent,
+        "drops cost shaper time in ingress mode: {ingress_sent} sent, {ingress_drops} dropped"
+    );
+}
+
+#[test]
+fn autorate_estimates_the_arrival_rate() {
+    let mut c = cake(CakeConfig {
+        autorate_ingress: true,
+        rate: Rate::from_bytes_per_sec(10_000_000),
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    });
+    // Bursts of 10 packets 1 µs apart, then a 1 ms gap: the window rate is ~10 MB/s…
+    let m = udp_meta(1, 1, 1, 0);
+    let mut now = 0;
+    for _ in 0..2000 {
+        for _ in 0..10 {
+            now += 1_000;
+            c.enqueue(now, pkt(1000, 0, 0), &m);
+            c.dequeue(now);
+        }
+        now += 1_000_000;
+    }
+    let est = c.stats().capacity_estimate;
+    assert!(est > 1_000_000, "estimate {est}");
+    assert_eq!(c.current_rate().bytes_per_sec(), est * 15 / 16);
+}
+
+#[test]
+fn tin_parameters_follow_the_rate() {
+    let c = cake(CakeConfig {
+        rate: Rate::from_bytes_per_sec(64_000),
+        ..CakeConfig::default()
+    });
+    let st = &c.stats().tins[0];
+    assert_eq!(st.flow_quantum, 300, "rate >> 12 clamped to 300");
+    // 1514 bytes at 64 kB/s take 23.66 ms, so target becomes 1.5 of that.
+    assert_eq!(st.target_us, 35_484);
+    assert_eq!(c.stats().tins[1].threshold_rate, 4_000);
+    let unlimited = cake(CakeConfig::default());
+    assert_eq!(unlimited.stats().tins[0].flow_quantum, 1514);
+    assert_eq!(unlimited.stats().tins[0].target_us, 5_000);
+    assert_eq!(unlimited.stats().tins[0].interval_us, 100_000);
+}
+
+#[test]
+fn overhead_is_charged_and_length_stats_tracked() {
+    let mut config = CakeConfig {
+        rate: Rate::from_bytes_per_sec(1_000_000),
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    };
+    LinkPreset::Ethernet.apply(&mut config);
+    let mut c = cake(config);
+    c.enqueue(0, pkt(60, 0, 0), &udp_meta(1, 1, 1, 0));
+    c.enqueue(0, pkt(1514, 0, 1), &udp_meta(1, 1, 1, 0));
+    let s = c.stats();
+    assert_eq!(
+        (s.min_netlen, s.max_netlen, s.min_adjlen, s.max_adjlen),
+        (46, 1500, 84, 1538)
+    );
+    assert!(matches!(c.dequeue(0), Dequeue::Packet(_)));
+    // 84 bytes at 1 µs/byte.
+    assert_eq!(c.dequeue(0), Dequeue::NotBefore(84_000));
+}
+
+#[test]
+fn any_packet_meta_is_handled_without_panicking() {
+    let mut c = cake(CakeConfig {
+        packet_limit: 64,
+        ack_filter: AckFilterMode::Aggressive,
+        fwmark_mask: u32::MAX,
+        ..CakeConfig::default()
+    });
+    let mut seed = 99u64;
+    for i in 0..3000u64 {
+        let r = wyrand(&mut seed);
+        let mut m = PacketMeta::default();
+        m.keys.l3 = match r % 3 {
+            0 => crate::L3Kind::NonIp,
+            1 => crate::L3Kind::Ipv4,
+            _ => crate::L3Kind::Ipv6,
+        };
+        m.keys.src_addr = (r as u128 * 0x1234_5678_9abc).to_le_bytes();
+        m.keys.dst_addr = ((r >> 7) as u128).to_le_bytes();
+        m.keys.src_port = (r >> 16) as u16;
+        m.keys.flow_label = (r >> 20) as u32;
+        m.dscp = (r >> 30) as u8;
+        m.ecn = (r >> 38) as u8;
+        m.l4_hash = (r & 1 == 0).then_some((r >> 33) as u32);
+        m.mark = (r >> 40) as u32;
+        m.l2_len = (r >> 44) as u16;
+        m.gso_segs = (r >> 50) as u16;
+        let len = match r % 5 {
+            0 => 0,
+            1 => usize::MAX,
+            _ => (r % 70_000) as usize,
+        };
+        c.enqueue(i, pkt(len, 0, i), &m);
+        let _ = c.classify(&m);
+        if r % 4 == 0 {
+            c.dequeue(i * 1000);
+        }
+        let _ = c.try_bypass(i, &pkt(len, 0, i), &m);
+    }
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn decaying_flows_are_served_and_retired() {
+    let mut c = cake(CakeConfig::default());
+    let m = udp_meta(1, 1, 1, 0);
+    c.enqueue(0, pkt(100, 0, 0), &m);
+    assert!(matches!(c.dequeue(1), Dequeue::Packet(_)));
+    // Empty now, but COBALT's activity timeout keeps it decaying for one interval.
+    assert_eq!(c.dequeue(2), Dequeue::Empty);
+    c.enqueue(3, pkt(100, 0, 1), &m);
+    assert!(matches!(c.dequeue(4), Dequeue::Packet(_)));
+    // The flow emptied: the next dequeue retires it once the interval has passed.
+    c.enqueue(200_000_000, pkt(100, 1, 0), &udp_meta(2, 2, 2, 0));
+    assert!(matches!(c.dequeue(200_000_001), Dequeue::Packet(_)));
+    c.check_invariants().unwrap();
 }

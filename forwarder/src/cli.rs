@@ -401,6 +401,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => {
             let overrides = args.overrides.to_overrides()?;
             let config = Config::load(args.config.as_deref(), &overrides)?;
+            // SIGHUP re-reads the file and applies what can change live (reload.rs).
+            let _reload =
+                crate::reload::Reloader::spawn(args.config.clone(), overrides, config.clone())
+                    .context("installing the SIGHUP handler")?;
             crate::app::run(config)?;
             Ok(ExitCode::SUCCESS)
         }

@@ -17,5 +17,6 @@ pub mod engine;
 pub mod explain;
 pub mod port;
 pub mod preflight;
+pub mod reload;
 pub mod stats;
 pub mod wire;

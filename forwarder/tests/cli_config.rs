@@ -1,0 +1,268 @@
+//! The `cakewalk` binary's configuration edges, run as a user would: `check-config` on good
+//! and bad files, `explain`, `from-tc` on every tc-testing string, and bad command-line
+//! values. Checks exit codes and the text of messages; nothing here forwards packets.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn cakewalk(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cakewalk"))
+        .args(args)
+        .output()
+        .expect("the cakewalk binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("temp file is writable");
+    p.display().to_string()
+}
+
+#[test]
+fn check_config_prints_the_effective_config_of_a_good_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "good.toml",
+        "[shaper]\noptions = \"bandwidth 200mbit diffserv4 triple-isolate ethernet\"\nnat = true\n\n[engine]\nworkers = 2\n",
+    );
+    let o = cakewalk(&["check-config", &f]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    for line in [
+        "bandwidth = \"200mbit\"",
+        "diffserv = \"diffserv4\"",
+        "flow_mode = \"triple-isolate\"",
+        "nat = true",
+        "overhead = 38",
+        "mpu = 84",
+        "queue = \"cake\"",
+        "sync_interval = \"200us\"",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    assert!(out.contains("workers: 2"), "{out}");
+}
+
+#[test]
+fn check_config_names_the_key_and_the_fix_for_a_bad_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "bad.toml", "[shaper]\nrate = \"fast\"\n");
+    let o = cakewalk(&["check-config", &f]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("error: shaper.rate: 'fast' is not a rate; try '200mbit'"),
+        "{err}"
+    );
+
+    let f = write(dir.path(), "gbps.toml", "[shaper]\nbandwidth = \"2gbps\"\n");
+    let err = stderr(&cakewalk(&["check-config", &f]));
+    assert!(
+        err.contains("shaper.bandwidth: '2gbps' is not a rate; try '2gbit' or '250mbyte'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_config_refuses_unknown_keys_with_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "typo.toml", "[shaper]\nbandwith = \"10mbit\"\n");
+    let o = cakewalk(&["check-config", &f]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("unknown field `bandwith`"), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+}
+
+#[test]
+fn check_config_of_a_missing_file_names_the_path() {
+    let o = cakewalk(&["check-config", "/nonexistent/cakewalk.toml"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot read config file '/nonexistent/cakewalk.toml'"));
+}
+
+#[test]
+fn command_line_overrides_are_checked_and_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "c.toml", "[shaper]\nbandwidth = \"10mbit\"\n");
+    let o = cakewalk(&[
+        "check-config",
+        &f,
+        "--rate",
+        "30mbit",
+        "--overhead",
+        "docsis",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("bandwidth = \"30mbit\""), "{out}");
+    assert!(out.contains("overhead = 18"), "{out}");
+}
+
+#[test]
+fn explain_shows_queue_tin_and_flow() {
+    let o = cakewalk(&[
+        "explain",
+        "--queues",
+        "4",
+        "tcp 10.0.0.1:1234 > 10.0.0.2:80 dscp ef",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("tx queue:"), "{out}");
+    assert!(out.contains("of 4"), "{out}");
+    assert!(out.contains("tin:        2 Voice (diffserv3)"), "{out}");
+    assert!(out.contains("flow:"), "{out}");
+    assert!(out.contains("dscp 46 (EF)"), "{out}");
+
+    let o = cakewalk(&[
+        "explain",
+        "--diffserv",
+        "besteffort",
+        "--src",
+        "[2001:db8::1]:5000",
+        "--dst",
+        "[2001:db8::2]:6000",
+        "--proto",
+        "udp",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("tin:        0"), "{}", stdout(&o));
+}
+
+#[test]
+fn explain_with_a_bad_spec_says_what_to_write() {
+    let o = cakewalk(&["explain", "tcp 10.0.0.1 10.0.0.2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("has no '>'"), "{}", stderr(&o));
+    let o = cakewalk(&["explain", "tcp 10.0.0.1 > 10.0.0.2 dscp loud"]);
+    assert!(
+        stderr(&o).contains("'loud' is not a DSCP"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The option strings of the kernel's tc-testing `qdiscs/cake.json`.
+const TC_TESTING: [&str; 17] = [
+    "bandwidth 1000",
+    "autorate-ingress",
+    "rtt 200",
+    "besteffort",
+    "diffserv8",
+    "diffserv4",
+    "flowblind",
+    "dsthost nat",
+    "hosts wash",
+    "flowblind no-split-gso",
+    "dual-srchost ack-filter",
+    "dual-dsthost ack-filter-aggressive",
+    "memlimit 10000 ptm",
+    "fwmark 8 atm",
+    "overhead 128 mpu 256",
+    "conservative ingress",
+    "mpu 128",
+];
+
+#[test]
+fn from_tc_converts_every_tc_testing_string_to_a_loadable_config() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, options) in TC_TESTING.iter().enumerate() {
+        let cmd = format!("tc qdisc add dev dummy0 handle 1: root cake {options}");
+        let o = cakewalk(&["from-tc", &cmd]);
+        assert!(o.status.success(), "{cmd}: {}", stderr(&o));
+        let toml = stdout(&o);
+        assert!(toml.contains("[shaper]"), "{toml}");
+        let f = write(dir.path(), &format!("tc{i}.toml"), &toml);
+        let check = cakewalk(&["check-config", &f]);
+        assert!(
+            check.status.success(),
+            "{cmd} -> {toml}: {}",
+            stderr(&check)
+        );
+    }
+    let out = stdout(&cakewalk(&["from-tc", "bandwidth", "1000"]));
+    assert!(out.contains("bandwidth = \"1kbit\""), "{out}");
+    let out = stdout(&cakewalk(&["from-tc", "rtt 200"]));
+    assert!(out.contains("rtt = \"200us\""), "{out}");
+}
+
+#[test]
+fn from_tc_refuses_invalid_options_clearly() {
+    let o = cakewalk(&["from-tc", "bandwidth 10mbit diffserv5"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("unknown cake option 'diffserv5'"), "{err}");
+    let o = cakewalk(&["from-tc", "overhead 512"]);
+    assert!(
+        stderr(&o).contains("valid range is -64 to 256"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cakewalk(&["from-tc", "tc qdisc add dev eth0 root fq_codel"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn bad_command_line_values_exit_2_with_the_fix() {
+    let o = cakewalk(&["run", "--rate", "2gbps"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("try '2gbit' or '250mbyte'"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = cakewalk(&["run", "--queue", "red"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("possible values: cake, fifo"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = cakewalk(&["run", "--diffserv", "diffserv5"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("is not a diffserv mode"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = cakewalk(&["run", "--duration", "soon"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("'soon' is not a duration"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn run_with_a_bad_config_stops_before_forwarding() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "bad.toml", "[shaper]\nqueue = \"red\"\n");
+    let o = cakewalk(&["run", "--config", &f]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).starts_with("error: shaper.queue: 'red' is not a queue kind"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cakewalk(&["run", "--overhead", "ethernett", "--duration", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("--overhead (shaper.overhead): 'ethernett' is not an overhead keyword, did you mean 'ethernet'?"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -1,0 +1,338 @@
+//! Property tests of CAKE (proptest): conservation, order and invariants over random
+//! operation sequences (including rate changes and reconfiguration), and fairness between
+//! flows and between hosts, and low delay for sparse flows, in virtual time.
+
+use std::collections::HashSet;
+
+use proptest::prelude::*;
+use qdisc::cake::{AckFilterMode, Cake, CakeConfig, DiffservMode, FlowMode, LinkPreset};
+use qdisc::testing::{udp_meta, Harness, Source, TestPacket};
+use qdisc::{Dequeue, Qdisc, Rate};
+
+const SEC: u64 = 1_000_000_000;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Enqueue {
+        flow: u8,
+        len: u16,
+        ect: bool,
+    },
+    Dequeue {
+        dt_us: u16,
+    },
+    Bypass {
+        flow: u8,
+        len: u16,
+    },
+    SetRate {
+        kbit: u32,
+    },
+    Reconfigure {
+        kbit: u32,
+        limit: u16,
+        preset: u8,
+        ingress: bool,
+        memlimit: Option<u32>,
+    },
+    ChangeModes {
+        diffserv: u8,
+        flow_mode: u8,
+    },
+}
+
+fn op(modes: bool) -> impl Strategy<Value = Op> {
+    let base = prop_oneof![
+        8 => (0u8..24, 0u16..1600, any::<bool>())
+            .prop_map(|(flow, len, ect)| Op::Enqueue { flow, len, ect }),
+        6 => (0u16..3000).prop_map(|dt_us| Op::Dequeue { dt_us }),
+        1 => (0u8..24, 0u16..1600).prop_map(|(flow, len)| Op::Bypass { flow, len }),
+        1 => prop_oneof![Just(0u32), 1u32..200_000].prop_map(|kbit| Op::SetRate { kbit }),
+        1 => (prop_oneof![Just(0u32), 1u32..200_000], 1u16..64, 0u8..15, any::<bool>(),
+              proptest::option::of(1000u32..100_000))
+            .prop_map(|(kbit, limit, preset, ingress, memlimit)| Op::Reconfigure {
+                kbit, limit, preset, ingress, memlimit,
+            }),
+    ];
+    if modes {
+        prop_oneof![
+            10 => base,
+            1 => (0u8..5, 0u8..8).prop_map(|(diffserv, flow_mode)| Op::ChangeModes { diffserv, flow_mode }),
+        ]
+        .boxed()
+    } else {
+        base.boxed()
+    }
+}
+
+const DIFFSERV: [DiffservMode; 5] = [
+    DiffservMode::Besteffort,
+    DiffservMode::Diffserv3,
+    DiffservMode::Diffserv4,
+    DiffservMode::Diffserv8,
+    DiffservMode::Precedence,
+];
+const FLOW_MODES: [FlowMode; 8] = [
+    FlowMode::Flowblind,
+    FlowMode::Srchost,
+    FlowMode::Dsthost,
+    FlowMode::Hosts,
+    FlowMode::Flows,
+    FlowMode::DualSrchost,
+    FlowMode::DualDsthost,
+    FlowMode::TripleIsolate,
+];
+
+/// Applies `ops` and checks, after every step, the instance's own invariants and, at the
+/// end (after draining), conservation: packets and bytes in = out + dropped, every packet
+/// out at most once, and (unless `modes` lets flows move between queues) per-flow order.
+fn run_ops(initial: CakeConfig, ops: &[Op], modes: bool) -> Result<(), TestCaseError> {
+    let mut config = initial;
+    let mut c: Cake<TestPacket> = Cake::new(&config).unwrap();
+    let mut now = 0u64;
+    let mut seqs = [0u64; 24];
+    let (mut in_pkts, mut in_bytes, mut out_pkts, mut out_bytes) = (0u64, 0u64, 0u64, 0u64);
+    let mut seen = HashSet::new();
+    let mut last = [None::<u64>; 24];
+    let mut deliver =
+        |p: TestPacket, out_pkts: &mut u64, out_bytes: &mut u64| -> Result<(), TestCaseError> {
+            *out_pkts += 1;
+            *out_bytes += p.len as u64;
+            prop_assert!(
+                seen.insert((p.flow, p.seq)),
+                "duplicate {:?}",
+                (p.flow, p.seq)
+            );
+            if !modes {
+                let l = &mut last[p.flow as usize];
+                prop_assert!(
+                    l.is_none_or(|s| s < p.seq),
+                    "flow {} out of order: {:?} then {}",
+                    p.flow,
+                    l,
+                    p.seq
+                );
+                *l = Some(p.seq);
+            }
+            Ok(())
+        };
+    for o in ops {
+        match *o {
+            Op::Enqueue { flow, len, ect } => {
+                // One DSCP per flow: a flow split over tins may legitimately reorder.
+                let dscp = [0u8, 8, 46, 10, 16, 24, 32, 48][usize::from(flow % 8)];
+                let f = usize::from(flow);
+                let mut p = TestPacket::new(usize::from(len), u32::from(flow), seqs[f]);
+                p.ect = ect;
+                seqs[f] += 1;
+                in_pkts += 1;
+                in_bytes += u64::from(len);
+                c.enqueue(
+                    now,
+                    p,
+                    &udp_meta(
+                        u32::from(flow % 5),
+                        u32::from(flow % 3),
+                        u32::from(flow),
+                        dscp,
+                    ),
+                );
+            }
+            Op::Dequeue { dt_us } => {
+                now += u64::from(dt_us) * 1000;
+                if let Dequeue::Packet(p) = c.dequeue(now) {
+                    deliver(p, &mut out_pkts, &mut out_bytes)?;
+                }
+            }
+            Op::Bypass { flow, len } => {
+                let f = usize::from(flow);
+                let p = TestPacket::new(usize::from(len), u32::from(flow), seqs[f]);
+                let dscp = [0u8, 8, 46, 10, 16, 24, 32, 48][usize::from(flow % 8)];
+                let m = udp_meta(
+                    u32::from(flow % 5),
+                    u32::from(flow % 3),
+                    u32::from(flow),
+                    dscp,
+                );
+                if c.try_bypass(now, &p, &m) {
+                    seqs[f] += 1;
+                    in_pkts += 1;
+                    in_bytes += u64::from(len);
+                    deliver(p, &mut out_pkts, &mut out_bytes)?;
+                }
+            }
+            Op::SetRate { kbit } => c.set_rate(Rate::from_bits_per_sec(u64::from(kbit) * 1000)),
+            Op::Reconfigure {
+                kbit,
+                limit,
+                preset,
+                ingress,
+                memlimit,
+            } => {
+                config.rate = Rate::from_bits_per_sec(u64::from(kbit) * 1000);
+                config.packet_limit = u32::from(limit);
+                config.ingress = ingress;
+                config.memlimit = memlimit.map(u64::from);
+                LinkPreset::ALL[usize::from(preset)].apply(&mut config);
+                config.overhead = config.overhead.clamp(-64, 256);
+                c.reconfigure(&config).unwrap();
+            }
+            Op::ChangeModes {
+                diffserv,
+                flow_mode,
+            } => {
+                config.diffserv = DIFFSERV[usize::from(diffserv)];
+                config.flow_mode = FLOW_MODES[usize::from(flow_mode)];
+                c.reconfigure(&config).unwrap();
+            }
+        }
+        if let Err(e) = c.check_invariants() {
+            return Err(TestCaseError::fail(format!("after {o:?}: {e}")));
+        }
+    }
+    let mut guard = 0;
+    while !c.is_empty() && guard < 100_000 {
+        guard += 1;
+        match c.dequeue(now) {
+            Dequeue::Packet(p) => deliver(p, &mut out_pkts, &mut out_bytes)?,
+            Dequeue::NotBefore(t) => now = t,
+            Dequeue::Empty => break,
+        }
+    }
+    let s = c.stats();
+    prop_assert_eq!(c.len(), 0);
+    prop_assert_eq!(
+        in_pkts,
+        out_pkts + s.dropped_total(),
+        "packets in = out + dropped"
+    );
+    prop_assert_eq!(
+        in_bytes,
+        out_bytes + s.dropped_bytes_total(),
+        "bytes in = out + dropped"
+    );
+    c.check_invariants().map_err(TestCaseError::fail)?;
+    Ok(())
+}
+
+fn initial_config() -> impl Strategy<Value = CakeConfig> {
+    (
+        0usize..5,
+        0usize..8,
+        prop_oneof![Just(0u64), 1u64..100_000],
+        1u32..80,
+        0u8..3,
+    )
+        .prop_map(|(ds, fm, kbit, limit, ack)| CakeConfig {
+            diffserv: DIFFSERV[ds],
+            flow_mode: FLOW_MODES[fm],
+            rate: Rate::from_bits_per_sec(kbit * 1000),
+            packet_limit: limit,
+            ack_filter: [
+                AckFilterMode::Off,
+                AckFilterMode::Filter,
+                AckFilterMode::Aggressive,
+            ][usize::from(ack)],
+            ..CakeConfig::default()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn packets_and_bytes_are_conserved_and_flows_stay_in_order(
+        config in initial_config(),
+        ops in proptest::collection::vec(op(false), 1..400),
+    ) {
+        run_ops(config, &ops, false)?;
+    }
+
+    #[test]
+    fn packets_are_conserved_across_mode_changes(
+        config in initial_config(),
+        ops in proptest::collection::vec(op(true), 1..300),
+    ) {
+        run_ops(config, &ops, true)?;
+    }
+}
+
+fn shaped(bits: u64, flow_mode: FlowMode) -> Cake<TestPacket> {
+    Cake::new(&CakeConfig {
+        rate: Rate::from_bits_per_sec(bits),
+        diffserv: DiffservMode::Besteffort,
+        flow_mode,
+        ..CakeConfig::default()
+    })
+    .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn bulk_flows_each_get_one_nth_of_the_rate(
+        sizes in proptest::collection::vec(64usize..=1514, 2..=12),
+    ) {
+        let n = sizes.len() as f64;
+        let rate = 10_000_000u64;
+        let mut h = Harness::new(shaped(rate, FlowMode::Flows));
+        for (f, &len) in sizes.iter().enumerate() {
+            // Every flow alone would fill the link.
+            h.add(Source::cbr(f as u32, udp_meta(f as u32, 0, f as u32, 0), len, Rate::from_bits_per_sec(rate)));
+        }
+        h.measure_from_ns = SEC;
+        h.run_until(4 * SEC);
+        let total: u64 = h.flows.iter().map(|r| r.steady_bytes).sum();
+        prop_assert!((total as f64 / (rate as f64 / 8.0 * 3.0) - 1.0).abs() < 0.01);
+        for (f, r) in h.flows.iter().enumerate() {
+            let share = r.steady_bytes as f64 / total as f64;
+            prop_assert!((share * n - 1.0).abs() < 0.02, "flow {} ({} B) share {} of {}", f, sizes[f], share, n);
+        }
+    }
+
+    #[test]
+    fn triple_isolate_gives_a_ten_flow_host_and_a_one_flow_host_equal_shares(
+        len_a in 64usize..=1514,
+        len_b in 64usize..=1514,
+    ) {
+        let rate = 10_000_000u64;
+        let mut h = Harness::new(shaped(rate, FlowMode::TripleIsolate));
+        for f in 0..10 {
+            h.add(Source::cbr(f, udp_meta(1, 1, f, 0), len_a, Rate::from_bits_per_sec(rate / 4)));
+        }
+        h.add(Source::cbr(10, udp_meta(2, 2, 10, 0), len_b, Rate::from_bits_per_sec(rate)));
+        h.measure_from_ns = SEC;
+        h.run_until(4 * SEC);
+        let a: u64 = h.flows[..10].iter().map(|r| r.steady_bytes).sum();
+        let b = h.flows[10].steady_bytes;
+        let ratio = a as f64 / b as f64;
+        prop_assert!((ratio - 1.0).abs() < 0.03, "host A {} B, host B {} B", a, b);
+    }
+
+    #[test]
+    fn sparse_flows_see_almost_no_queueing_beside_bulk_flows(
+        bulk in 1usize..8,
+        sparse_len in 64usize..300,
+        gap_ms in 5u64..50,
+    ) {
+        let rate = 10_000_000u64;
+        let mut h = Harness::new(shaped(rate, FlowMode::TripleIsolate));
+        for f in 0..bulk {
+            h.add(Source::cbr(f as u32, udp_meta(1, 1, f as u32, 0), 1514, Rate::from_bits_per_sec(rate)));
+        }
+        let sparse = bulk as u32;
+        let mut src = Source::cbr(sparse, udp_meta(2, 2, sparse, 0), sparse_len, Rate::from_bits_per_sec(1));
+        src.gap_ns = gap_ms * 1_000_000;
+        h.add(src);
+        h.measure_from_ns = SEC;
+        h.run_until(4 * SEC);
+        let s = &h.flow(sparse).steady_delay_ns;
+        // One full-size bulk packet can be on the wire when it arrives (1.2 ms at 10 Mbit/s).
+        let mtu_time = 1514 * 8 * SEC / rate;
+        prop_assert!(s.max() <= mtu_time + 100_000, "sparse max delay {} ns", s.max());
+        prop_assert_eq!(h.flow(sparse).delivered_packets, h.flow(sparse).offered_packets);
+        let bulk_p50 = h.flow(0).steady_delay_ns.value_at_quantile(0.5);
+        prop_assert!(bulk_p50 > 2 * mtu_time, "bulk p50 {}", bulk_p50);
+    }
+}

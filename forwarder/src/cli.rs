@@ -417,6 +417,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Explain(args) => explain_cmd(args),
         Command::FromTc(args) => {
             let input = args.words.join(" ");
+            if input.trim() == "help" {
+                println!("{}", config::keywords::USAGE);
+                return Ok(ExitCode::SUCCESS);
+            }
             let toml = config::tc::to_toml(&input)
                 .with_context(|| format!("cannot convert tc options '{input}'"))?;
             print!("{toml}");

@@ -266,3 +266,20 @@ fn run_with_a_bad_config_stops_before_forwarding() {
         stderr(&o)
     );
 }
+
+#[test]
+fn from_tc_help_lists_every_option() {
+    let o = cakewalk(&["from-tc", "help"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    for word in [
+        "bandwidth",
+        "diffserv8",
+        "dual-dsthost",
+        "ack-filter-aggressive",
+        "pppoe-ptm",
+        "mpu",
+    ] {
+        assert!(out.contains(word), "{word} missing from:\n{out}");
+    }
+}

@@ -46,7 +46,8 @@ fn free_hugepages() -> u64 {
 
 /// EAL arguments for a scenario with these vdevs.
 fn eal_args(vdevs: &[String]) -> Vec<String> {
-    let mut args: Vec<String> = ["-l", "0", "--log-level=lib.eal:error"]
+    // --no-pci: never probe (and possibly take over) the machine's own NICs.
+    let mut args: Vec<String> = ["-l", "0", "--no-pci", "--log-level=lib.eal:error"]
         .iter()
         .map(|s| s.to_string())
         .collect();

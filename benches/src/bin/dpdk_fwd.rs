@@ -1,0 +1,440 @@
+//! `dpdk_fwd`: single-core forwarding throughput on DPDK virtual devices, as ratios to a
+//! bare rx->tx loop measured in the same process on the same port bindings (perf-anchors.md
+//! "Baseline B", goals G1, G2, G4, G5).
+//!
+//! Frames: 60-byte IPv4/UDP frames (64 bytes on the wire with the FCS) over `--flows` flows,
+//! written to a pcap file and replayed forever by `net_pcap,rx_pcap=FILE,infinite_rx=1`;
+//! transmitted to `net_null`, which frees them. One EAL, one core (`-l CORE`), burst 32.
+//!
+//! Rows, each `--reps` times interleaved (so drift hits every row alike), median reported:
+//! * `bare`: rx_burst -> tx_burst, nothing else;
+//! * `fifo+bypass` / `fifo`: parse every frame (`wire::parse`), one `qdisc::mq::TxQueue`
+//!   over the FIFO baseline, with and without the enqueue bypass;
+//! * `cake` / `cake+bypass`: the same with CAKE (diffserv3, triple-isolate), unlimited rate;
+//! * `cake shaped 90%`: CAKE shaped to 90 % of the median `cake` rate (bits of frame length),
+//!   also reporting delivered/configured.
+//!
+//! The clock is the TSC, read once per burst, as in the engine. Needs root and hugepages
+//! (`hugepage-setup reserve --pages 512`), or `--no-huge`.
+//!
+//! Run: `cargo run --release -p cakewalk-benches --features dpdk --bin dpdk_fwd -- --seconds 3`
+
+#[cfg(not(feature = "dpdk"))]
+fn main() -> std::process::ExitCode {
+    eprintln!(
+        "error: dpdk_fwd was built without DPDK; build with `--features dpdk` (needs libdpdk-dev)"
+    );
+    std::process::ExitCode::FAILURE
+}
+
+#[cfg(feature = "dpdk")]
+fn main() -> std::process::ExitCode {
+    match imp::run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(feature = "dpdk")]
+mod imp {
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::path::PathBuf;
+
+    use anyhow::{bail, Context};
+    use clap::Parser;
+    use forwarder::port::dpdk::{
+        rdtsc, tsc_hz, Eal, EthDev, EthDevConfig, Mbuf, Mempool, RxQueue, TxQueue,
+    };
+    use forwarder::port::{PortBuf, PortRx, PortTx};
+    use qdisc::cake::{Cake, CakeConfig};
+    use qdisc::fifo::{Fifo, FifoConfig};
+    use qdisc::mq::{Intake, MqQdisc, MultiQueue, TxQueueOptions};
+    use qdisc::Rate;
+
+    const BURST: usize = 32;
+
+    #[derive(Parser, Debug)]
+    #[command(
+        about = "single-core DPDK forwarding throughput: cakewalk paths vs a bare rx->tx loop"
+    )]
+    struct Args {
+        /// Seconds per row and repetition.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Repetitions (median reported).
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Distinct UDP flows in the replayed file.
+        #[arg(long, default_value_t = 1024)]
+        flows: u32,
+        /// Frame length without FCS.
+        #[arg(long, default_value_t = 60)]
+        frame: usize,
+        /// Core to run on (EAL `-l`).
+        #[arg(long, default_value_t = 1)]
+        core: usize,
+        /// Run without hugepages (slower memory; for machines without them).
+        #[arg(long)]
+        no_huge: bool,
+        /// Print the table as JSON too.
+        #[arg(long)]
+        json: bool,
+    }
+
+    /// A row's per-packet work.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Kind {
+        Bare,
+        /// The bare loop plus `wire::parse` of every frame: what parsing alone costs.
+        Parse,
+        Fifo {
+            bypass: bool,
+        },
+        Cake {
+            bypass: bool,
+            rate: Option<Rate>,
+        },
+    }
+
+    struct Ports {
+        rx: RxQueue,
+        tx: TxQueue,
+        pool: Mempool,
+    }
+
+    /// Converts TSC ticks to nanoseconds with one multiply and shift.
+    struct TscClock {
+        t0: u64,
+        mult: u128,
+    }
+
+    impl TscClock {
+        fn new() -> TscClock {
+            let hz = tsc_hz().max(1);
+            TscClock {
+                t0: rdtsc(),
+                mult: (1_000_000_000u128 << 32) / u128::from(hz),
+            }
+        }
+        #[inline]
+        fn now_ns(&self) -> u64 {
+            ((u128::from(rdtsc().wrapping_sub(self.t0)) * self.mult) >> 32) as u64
+        }
+    }
+
+    #[derive(Debug, Default, Clone, Copy)]
+    struct Counts {
+        rx: u64,
+        tx: u64,
+        dropped: u64,
+        ns: u64,
+    }
+
+    impl Counts {
+        fn mpps(&self) -> f64 {
+            self.tx as f64 / self.ns.max(1) as f64 * 1e3
+        }
+    }
+
+    /// Writes a classic pcap file (microsecond timestamps, Ethernet link type) by hand: the
+    /// format is 24 header bytes plus 16 per record, not worth a dependency here.
+    fn write_pcap(path: &std::path::Path, flows: u32, frame: usize) -> anyhow::Result<()> {
+        let payload = frame
+            .checked_sub(14 + 20 + 8)
+            .context("--frame must be at least 42")?;
+        let mut out = Vec::with_capacity(24 + flows as usize * (16 + frame));
+        out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes()); // magic, microseconds
+        out.extend_from_slice(&2u16.to_le_bytes()); // version 2.4
+        out.extend_from_slice(&4u16.to_le_bytes());
+        out.extend_from_slice(&0i32.to_le_bytes()); // thiszone
+        out.extend_from_slice(&0u32.to_le_bytes()); // sigfigs
+        out.extend_from_slice(&65535u32.to_le_bytes()); // snaplen
+        out.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
+        let mut buf = vec![0u8; frame];
+        for i in 0..flows {
+            let src = Ipv4Addr::new(10, 1, (i >> 8) as u8, i as u8);
+            let len = forwarder::wire::build_udp_frame(
+                &mut buf,
+                IpAddr::V4(src),
+                IpAddr::V4(Ipv4Addr::new(10, 2, 0, 1)),
+                1024 + (i % 50_000) as u16,
+                5201,
+                0,
+                0,
+                payload,
+            )
+            .context("frame fits")?;
+            for word in [0u32, i, len as u32, len as u32] {
+                out.extend_from_slice(&word.to_le_bytes());
+            }
+            out.extend_from_slice(&buf[..len]);
+        }
+        std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Runs `kind` for `seconds` and counts.
+    fn measure(ports: &mut Ports, kind: Kind, seconds: f64) -> anyhow::Result<Counts> {
+        match kind {
+            Kind::Bare => Ok(bare(ports, seconds, false)),
+            Kind::Parse => Ok(bare(ports, seconds, true)),
+            Kind::Fifo { bypass } => {
+                let opts = TxQueueOptions {
+                    bypass,
+                    ..TxQueueOptions::default()
+                };
+                let mq: MultiQueue<Mbuf, Fifo<Mbuf>> = MultiQueue::from_config(
+                    1,
+                    opts,
+                    &FifoConfig {
+                        limit_packets: 1024,
+                    },
+                )?;
+                Ok(through_queue(ports, &mq, seconds))
+            }
+            Kind::Cake { bypass, rate } => {
+                let opts = TxQueueOptions {
+                    bypass,
+                    ..TxQueueOptions::default()
+                };
+                let cfg = CakeConfig {
+                    rate: rate.unwrap_or(Rate::UNLIMITED),
+                    ..CakeConfig::default()
+                };
+                let mq: MultiQueue<Mbuf, Cake<Mbuf>> = MultiQueue::from_config(1, opts, &cfg)?;
+                Ok(through_queue(ports, &mq, seconds))
+            }
+        }
+    }
+
+    fn bare(ports: &mut Ports, seconds: f64, parse: bool) -> Counts {
+        let clock = TscClock::new();
+        let end = (seconds * 1e9) as u64;
+        let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
+        let mut c = Counts::default();
+        loop {
+            for _ in 0..64 {
+                c.rx += ports.rx.rx_burst(&mut burst, BURST) as u64;
+                if parse {
+                    for m in &burst {
+                        std::hint::black_box(forwarder::wire::parse(m.data()).meta);
+                    }
+                }
+                c.tx += ports.tx.tx_burst(&mut burst) as u64;
+                c.dropped += burst.len() as u64;
+                burst.clear();
+            }
+            let now = clock.now_ns();
+            if now >= end {
+                c.ns = now;
+                return c;
+            }
+        }
+    }
+
+    fn through_queue<Q: MqQdisc<Mbuf>>(
+        ports: &mut Ports,
+        mq: &MultiQueue<Mbuf, Q>,
+        seconds: f64,
+    ) -> Counts {
+        let clock = TscClock::new();
+        let end = (seconds * 1e9) as u64;
+        let q = mq.queue(0);
+        let mut rxb: Vec<Mbuf> = Vec::with_capacity(BURST);
+        let mut txb: Vec<Mbuf> = Vec::with_capacity(4 * BURST);
+        let mut c = Counts::default();
+        let tx = &mut ports.tx;
+        loop {
+            // One clock read per burst, as the engine does.
+            let now = clock.now_ns();
+            if now >= end {
+                c.ns = now;
+                break;
+            }
+            c.rx += ports.rx.rx_burst(&mut rxb, BURST) as u64;
+            for m in rxb.drain(..) {
+                let mut meta = forwarder::wire::parse(m.data()).meta;
+                meta.l4_hash = m.rss_hash();
+                match q.enqueue(now, m, &meta) {
+                    Intake::Bypass(p) => txb.push(p),
+                    Intake::Queued => {}
+                    Intake::Dropped(_, p) => {
+                        c.dropped += 1;
+                        drop(p);
+                    }
+                }
+            }
+            let mut sent = 0u64;
+            let _ = q.run(now, BURST, &mut txb, |out| sent += tx.tx_burst(out) as u64);
+            if !txb.is_empty() {
+                sent += tx.tx_burst(&mut txb) as u64;
+            }
+            c.tx += sent;
+            c.dropped += txb.len() as u64;
+            txb.clear();
+        }
+        // Packets the shaper still holds are freed when the caller drops `mq`.
+        c
+    }
+
+    fn median(v: &mut [f64]) -> f64 {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    }
+
+    pub(super) fn run() -> anyhow::Result<()> {
+        let args = Args::parse();
+        if args.reps == 0 || args.seconds <= 0.0 {
+            bail!("--reps and --seconds must be positive");
+        }
+        let pcap: PathBuf =
+            std::env::temp_dir().join(format!("dpdk_fwd-{}.pcap", std::process::id()));
+        write_pcap(&pcap, args.flows, args.frame)?;
+        let result = bench(&args, &pcap);
+        let _ = std::fs::remove_file(&pcap);
+        result
+    }
+
+    fn bench(args: &Args, pcap: &std::path::Path) -> anyhow::Result<()> {
+        let mut eal_args = vec![
+            "-l".to_string(),
+            args.core.to_string(),
+            "--log-level=lib.eal:error".into(),
+            // Never probe the machine's own PCI NICs: only the two vdevs take part.
+            "--no-pci".into(),
+            format!("--vdev=net_pcap0,rx_pcap={},infinite_rx=1", pcap.display()),
+            "--vdev=net_null0".into(),
+        ];
+        if args.no_huge {
+            eal_args.extend(["--no-huge", "--no-shconf", "-m", "1024"].map(String::from));
+        } else {
+            eal_args.push("--in-memory".into());
+        }
+        let eal = Eal::init(&eal_args)?;
+        let pool = Mempool::new(&eal, "bench", 65535, 0)?;
+        let cfg = EthDevConfig::default();
+        let mut rx_dev = EthDev::open(&eal, "net_pcap0", &cfg, &pool)?;
+        let mut tx_dev = EthDev::open(&eal, "net_null0", &cfg, &pool)?;
+        let (mut rxs, _) = rx_dev.split()?;
+        let (_, mut txs) = tx_dev.split()?;
+        let mut ports = Ports {
+            rx: rxs.pop().context("one rx queue")?,
+            tx: txs.pop().context("one tx queue")?,
+            pool: pool.clone(),
+        };
+        // Warm up caches, the pcap replay and the branch predictors.
+        let _ = measure(&mut ports, Kind::Bare, 0.3)?;
+        const CAKE: usize = 4; // index of the unshaped, no-bypass CAKE row below
+
+        let rows: Vec<(&str, Kind)> = vec![
+            ("bare rx->tx", Kind::Bare),
+            ("bare + parse", Kind::Parse),
+            ("fifo+bypass", Kind::Fifo { bypass: true }),
+            ("fifo", Kind::Fifo { bypass: false }),
+            (
+                "cake",
+                Kind::Cake {
+                    bypass: false,
+                    rate: None,
+                },
+            ),
+            (
+                "cake+bypass",
+                Kind::Cake {
+                    bypass: true,
+                    rate: None,
+                },
+            ),
+        ];
+        let mut results: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+        for rep in 0..args.reps {
+            for (i, (name, kind)) in rows.iter().enumerate() {
+                let c = measure(&mut ports, *kind, args.seconds)?;
+                eprintln!(
+                    "rep {rep} {name:<14} {:>7.2} Mpps (rx {} tx {} dropped {})",
+                    c.mpps(),
+                    c.rx,
+                    c.tx,
+                    c.dropped
+                );
+                results[i].push(c.mpps());
+            }
+        }
+        let med: Vec<f64> = results.iter_mut().map(|r| median(r)).collect();
+        // Shaped row: 90 % of what CAKE carried, in bits of frame length (CAKE's raw mode).
+        let target_pps = med[CAKE] * 1e6 * 0.9;
+        let rate = Rate::from_bits_per_sec((target_pps * args.frame as f64 * 8.0) as u64);
+        let mut shaped = Vec::new();
+        for rep in 0..args.reps {
+            let c = measure(
+                &mut ports,
+                Kind::Cake {
+                    bypass: false,
+                    rate: Some(rate),
+                },
+                args.seconds,
+            )?;
+            eprintln!(
+                "rep {rep} cake shaped    {:>7.2} Mpps (rx {} tx {} dropped {})",
+                c.mpps(),
+                c.rx,
+                c.tx,
+                c.dropped
+            );
+            shaped.push(c.mpps());
+        }
+        let shaped_med = median(&mut shaped);
+        let base = med[0];
+        println!(
+            "dpdk_fwd: 1 core, {}-byte frames ({} on the wire), {} flows, burst {BURST}, net_pcap(infinite_rx) -> net_null, {} s x {} reps, median",
+            args.frame,
+            args.frame + 4,
+            args.flows,
+            args.seconds,
+            args.reps
+        );
+        println!(
+            "{:<28} {:>8} {:>10} {:>8}",
+            "row", "Mpps", "ns/pkt", "ratio"
+        );
+        let mut table = Vec::new();
+        for (i, (name, _)) in rows.iter().enumerate() {
+            table.push((name.to_string(), med[i]));
+        }
+        table.push((
+            format!("cake shaped {:.0} Mbit", rate.bits_per_sec() as f64 / 1e6),
+            shaped_med,
+        ));
+        for (name, mpps) in &table {
+            println!(
+                "{:<28} {:>8.2} {:>10.1} {:>8.3}",
+                name,
+                mpps,
+                1e3 / mpps,
+                mpps / base
+            );
+        }
+        println!(
+            "G1 fifo+bypass/bare {:.3} (target >= 0.80); G2 fifo+bypass/fifo {:.3} (>= 1.20); G4 cake/bare {:.3} (>= 0.40); G5 cake+bypass/cake {:.3}; shaped delivered/configured {:.4}",
+            med[2] / base,
+            med[2] / med[3],
+            med[CAKE] / base,
+            med[CAKE + 1] / med[CAKE],
+            shaped_med * 1e6 / target_pps
+        );
+        if args.json {
+            let rows: Vec<serde_json::Value> = table
+                .iter()
+                .map(|(n, m)| serde_json::json!({"row": n, "mpps": m, "ratio": m / base}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"frame": args.frame, "flows": args.flows, "rows": rows})
+            );
+        }
+        drop(ports.pool);
+        Ok(())
+    }
+}

@@ -7,6 +7,31 @@
 //! string), the individual `[shaper]` keys, then command-line overrides. Unknown keys are
 //! errors, and every error names the key (or the flag) and a fix:
 //! `shaper.rate: 'fast' is not a rate; try '200mbit'`. Reading the file is the only I/O.
+//!
+//! `[shaper]` keys (snake_case; the kebab-case spelling is accepted too):
+//!
+//! | key | value | tc word |
+//! |---|---|---|
+//! | `options` | tc cake words, applied first | the whole option string |
+//! | `bandwidth` / `rate` | `"200mbit"`, `"unlimited"`, or an integer in bit/s | `bandwidth` |
+//! | `autorate_ingress` | bool | `autorate-ingress` |
+//! | `rtt` | `"100ms"`, an integer in µs, or a preset (`"lan"`, `"internet"` …) | `rtt`, presets |
+//! | `target` | duration | — |
+//! | `diffserv` | `besteffort` `diffserv3` `diffserv4` `diffserv8` `precedence` | same |
+//! | `flow_mode` | `flowblind` … `triple-isolate` | same |
+//! | `nat`, `wash`, `split_gso`, `ingress` | bool | `nat`/`nonat` … |
+//! | `ack_filter` | `false`, `true`, `"aggressive"` | `ack-filter[-aggressive]` |
+//! | `memlimit` | `"32mb"` or bytes | `memlimit` |
+//! | `fwmark` | `0xff` or `"0xff"` | `fwmark` |
+//! | `overhead` | bytes (-64..=256) or keywords (`"ethernet"`, `"pppoe-ptm ether-vlan"`) | `overhead`, keywords |
+//! | `mpu` | 0..=256 | `mpu` |
+//! | `atm` | `"atm"`, `"ptm"`, `"none"` | `atm`/`ptm`/`noatm` |
+//! | `raw` | bool | `raw` |
+//! | `packet_limit`, `mtu`, `seed` | integers | — |
+//! | `queue` | `"cake"` or `"fifo"` | — |
+//! | `sync_interval` | duration (default `"200us"`) | — |
+//! | `sync_policy` | `"work-conserving"` or `"equal"` | — |
+//! | `bypass` | bool (default true) | — |
 
 pub mod keywords;
 pub mod tc;

@@ -429,3 +429,432 @@ fn pcap_in_to_pcap_out_is_byte_identical_and_in_order() {
         assert_eq!(a, b, "frame {i} differs");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// net_af_packet on veth pairs in network namespaces, with real iperf3 TCP traffic shaped by
+// CAKE on the A -> B direction. Topology (all created here, deleted by `Lab::drop`):
+//
+//   ns <p>a: <p>a0 10.201.0.1 ── veth ── <p>a1 ┐ ns <p>f: this test binary (child), DPDK
+//   ns <p>b: <p>b0 10.201.0.2 ── veth ── <p>b1 ┘ net_af_packet on <p>a1 and <p>b1
+
+const AFP_RATE_BPS: u64 = 40_000_000;
+
+/// A direction of the forwarder: rx port -> parse -> TxQueue -> tx port, with counters.
+struct Direction<'a, Q: qdisc::mq::MqQdisc<Mbuf>> {
+    rx: &'a mut forwarder::port::dpdk::RxQueue,
+    tx: &'a mut forwarder::port::dpdk::TxQueue,
+    mq: qdisc::mq::MultiQueue<Mbuf, Q>,
+    rxb: Vec<Mbuf>,
+    txb: Vec<Mbuf>,
+    received: u64,
+    sent: u64,
+    tx_full: u64,
+    intake_dropped: u64,
+}
+
+impl<Q: qdisc::mq::MqQdisc<Mbuf>> Direction<'_, Q> {
+    /// One poll: receive (unless draining), queue, run, transmit. Returns packets moved.
+    fn step(&mut self, now_ns: u64, receive: bool) -> u64 {
+        use qdisc::mq::Intake;
+        let q = self.mq.queue(0);
+        let n = if receive {
+            self.rx.rx_burst(&mut self.rxb, 32)
+        } else {
+            0
+        };
+        self.received += n as u64;
+        for m in self.rxb.drain(..) {
+            let meta = forwarder::wire::parse(m.data()).meta;
+            match q.enqueue(now_ns, m, &meta) {
+                Intake::Bypass(p) => self.txb.push(p),
+                Intake::Queued => {}
+                Intake::Dropped(_, p) => {
+                    self.intake_dropped += 1;
+                    drop(p);
+                }
+            }
+        }
+        let tx = &mut *self.tx;
+        let mut sent = 0;
+        let _ = q.run(now_ns, 64, &mut self.txb, |out| {
+            sent += tx.tx_burst(out) as u64
+        });
+        if !self.txb.is_empty() {
+            sent += tx.tx_burst(&mut self.txb) as u64;
+        }
+        self.tx_full += self.txb.len() as u64;
+        self.txb.clear();
+        self.sent += sent;
+        n as u64 + sent
+    }
+
+    /// rx = sent + freed on a full ring + dropped (intake, qdisc) + still queued.
+    fn conserved(&self) -> Result<(), String> {
+        let st = self.mq.queue(0).stats();
+        let qdisc_drops = st.total_drops() - st.intake_full;
+        let queued = self.mq.queue(0).backlog() as u64;
+        let out = self.sent + self.tx_full + self.intake_dropped + qdisc_drops + queued;
+        if out == self.received {
+            Ok(())
+        } else {
+            Err(format!(
+                "rx {} != sent {} + tx_full {} + intake {} + qdisc {} + queued {queued}",
+                self.received, self.sent, self.tx_full, self.intake_dropped, qdisc_drops
+            ))
+        }
+    }
+}
+
+fn af_packet_body() {
+    use forwarder::port::dpdk::{rdtsc, tsc_hz};
+    use qdisc::cake::{Cake, CakeConfig};
+    use qdisc::fifo::{Fifo, FifoConfig};
+    use qdisc::mq::{MultiQueue, TxQueueOptions};
+    use std::io::Write;
+
+    let ifs = std::env::var("CW_AFP_IFACES").expect("parent sets the interfaces");
+    let stop = std::env::var("CW_AFP_STOP").expect("parent sets the stop file");
+    let (a1, b1) = ifs.split_once(',').expect("two interfaces");
+    let eal = Eal::init(eal_args(&[
+        format!("net_af_packet0,iface={a1}"),
+        format!("net_af_packet1,iface={b1}"),
+    ]))
+    .expect("EAL starts");
+    let pool = Mempool::new(&eal, "afp_pool", 16383, -1).expect("pool");
+    let cfg = EthDevConfig {
+        rx_desc: 512,
+        tx_desc: 512,
+        ..EthDevConfig::default()
+    };
+    let mut a = EthDev::open(&eal, "net_af_packet0", &cfg, &pool).expect("port A");
+    let mut b = EthDev::open(&eal, "net_af_packet1", &cfg, &pool).expect("port B");
+    let (mut arx, mut atx) = a.split().unwrap();
+    let (mut brx, mut btx) = b.split().unwrap();
+    let cake = CakeConfig {
+        rate: qdisc::Rate::from_bits_per_sec(AFP_RATE_BPS),
+        ..CakeConfig::default()
+    };
+    let mut ab = Direction {
+        rx: &mut arx[0],
+        tx: &mut btx[0],
+        mq: MultiQueue::<Mbuf, Cake<Mbuf>>::from_config(1, TxQueueOptions::default(), &cake)
+            .unwrap(),
+        rxb: Vec::with_capacity(32),
+        txb: Vec::with_capacity(128),
+        received: 0,
+        sent: 0,
+        tx_full: 0,
+        intake_dropped: 0,
+    };
+    let mut ba = Direction {
+        rx: &mut brx[0],
+        tx: &mut atx[0],
+        mq: MultiQueue::<Mbuf, Fifo<Mbuf>>::from_config(
+            1,
+            TxQueueOptions::default(),
+            &FifoConfig {
+                limit_packets: 1024,
+            },
+        )
+        .unwrap(),
+        rxb: Vec::with_capacity(32),
+        txb: Vec::with_capacity(128),
+        received: 0,
+        sent: 0,
+        tx_full: 0,
+        intake_dropped: 0,
+    };
+    let hz = u128::from(tsc_hz().max(1));
+    let t0 = rdtsc();
+    let now_ns = || (u128::from(rdtsc() - t0) * 1_000_000_000 / hz) as u64;
+    println!("afp-ready");
+    std::io::stdout().flush().unwrap();
+    let deadline_ns = 60_000_000_000;
+    let mut polls = 0u64;
+    loop {
+        let now = now_ns();
+        let moved = ab.step(now, true) + ba.step(now, true);
+        polls += 1;
+        if polls % 1024 == 0 && (Path::new(&stop).exists() || now > deadline_ns) {
+            break;
+        }
+        if moved == 0 {
+            // Share the 2-core machine: a poll-mode loop that naps when idle.
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+    // Drain what CAKE still holds (bounded), without receiving more.
+    let drain_end = now_ns() + 2_000_000_000;
+    while now_ns() < drain_end && ab.mq.queue(0).backlog() > 0 {
+        ab.step(now_ns(), false);
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    println!(
+        "afp a->b rx {} sent {} tx_full {} drops {} | b->a rx {} sent {}",
+        ab.received,
+        ab.sent,
+        ab.tx_full,
+        ab.mq.queue(0).stats().total_drops(),
+        ba.received,
+        ba.sent
+    );
+    ab.conserved().expect("a->b conserves packets");
+    ba.conserved().expect("b->a conserves packets");
+    assert!(ab.sent > 1000, "TCP data crossed the forwarder");
+}
+
+/// Network namespaces for the af_packet lab; deleted on drop, even after a failed assert.
+struct Lab {
+    prefix: String,
+}
+
+impl Lab {
+    fn ns(&self, which: &str) -> String {
+        format!("{}{which}", self.prefix)
+    }
+
+    fn up() -> Lab {
+        let lab = Lab {
+            prefix: format!("cwd{}", std::process::id() % 1_000_000),
+        };
+        for ns in ["a", "b", "f"] {
+            run(&["ip", "netns", "add", &lab.ns(ns)]);
+        }
+        let p = &lab.prefix;
+        for side in ["a", "b"] {
+            let (outer, inner) = (format!("{p}{side}0"), format!("{p}{side}1"));
+            run(&[
+                "ip",
+                "link",
+                "add",
+                &outer,
+                "netns",
+                &lab.ns(side),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &inner,
+                "netns",
+                &lab.ns("f"),
+            ]);
+            let addr = if side == "a" {
+                "10.201.0.1/24"
+            } else {
+                "10.201.0.2/24"
+            };
+            run(&[
+                "ip",
+                "-n",
+                &lab.ns(side),
+                "addr",
+                "add",
+                addr,
+                "dev",
+                &outer,
+            ]);
+            for (ns, dev) in [(lab.ns(side), outer.clone()), (lab.ns("f"), inner.clone())] {
+                run(&["ip", "-n", &ns, "link", "set", "dev", &dev, "up"]);
+                run(&["ip", "-n", &ns, "link", "set", "dev", "lo", "up"]);
+                // af_packet sees frames as the kernel hands them: no TSO/GSO super-frames and
+                // no checksums left for an offload that will never happen.
+                let _ = Command::new("ip")
+                    .args([
+                        "netns", "exec", &ns, "ethtool", "-K", &dev, "tso", "off", "gso", "off",
+                        "gro", "off", "tx", "off", "rx", "off",
+                    ])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        lab
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for ns in ["a", "b", "f"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(ns)])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn run(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("running a setup command");
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+#[ignore = "needs root, DPDK, iperf3 and ethtool; run by scripts/test dpdk"]
+fn af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate() {
+    const NAME: &str = "af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate";
+    if std::env::var(SCENARIO_ENV).as_deref() == Ok(NAME) {
+        return scenario(NAME, af_packet_body);
+    }
+    if !is_root() {
+        eprintln!("SKIP {NAME}: needs root");
+        return;
+    }
+    for tool in ["iperf3", "ethtool", "ip"] {
+        if Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .map_or(true, |s| !s.success())
+        {
+            eprintln!("SKIP {NAME}: {tool} is not installed");
+            return;
+        }
+    }
+    let lab = Lab::up();
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
+    let p = &lab.prefix;
+    // The forwarder child runs inside the middle namespace.
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &lab.ns("f")])
+        .arg(&exe)
+        .args([
+            NAME,
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO_ENV, NAME)
+        .env("CW_AFP_IFACES", format!("{p}a1,{p}b1"))
+        .env("CW_AFP_STOP", &stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut lines = Vec::new();
+        for l in std::io::BufReader::new(stdout).lines() {
+            let Ok(l) = l else { break };
+            lines.push(l);
+        }
+        lines
+    });
+    // Wait until the child has its ports up: ping through it (bounded).
+    let start = Instant::now();
+    let mut reachable = false;
+    while start.elapsed() < Duration::from_secs(20) {
+        let ok = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &lab.ns("a"),
+                "ping",
+                "-c",
+                "1",
+                "-W",
+                "1",
+                "10.201.0.2",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            reachable = true;
+            break;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+    }
+    let mut server = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.ns("b"),
+            "iperf3",
+            "-s",
+            "-1",
+            "-B",
+            "10.201.0.2",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let client = if reachable {
+        Command::new("timeout")
+            .args([
+                "20",
+                "ip",
+                "netns",
+                "exec",
+                &lab.ns("a"),
+                "iperf3",
+                "-c",
+                "10.201.0.2",
+                "-t",
+                "4",
+                "-J",
+            ])
+            .output()
+            .ok()
+    } else {
+        None
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    std::fs::write(&stop, b"stop").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    use std::io::Read;
+    let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+    let lines = reader.join().unwrap();
+    let out = lines.join("\n");
+    assert!(
+        reachable,
+        "10.201.0.2 never answered through the forwarder\nstdout:\n{out}\nstderr:\n{stderr}"
+    );
+    assert!(
+        status.success() && out.contains(OK_LINE),
+        "forwarder child failed ({status})\nstdout:\n{out}\nstderr:\n{stderr}"
+    );
+    let client = client.expect("iperf3 ran");
+    let json: serde_json::Value = serde_json::from_slice(&client.stdout).unwrap_or_else(|e| {
+        panic!(
+            "iperf3 -J output: {e}: {}",
+            String::from_utf8_lossy(&client.stdout)
+        )
+    });
+    let bps = json["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .expect("received rate");
+    let ratio = bps / AFP_RATE_BPS as f64;
+    println!("iperf3 through CAKE at {AFP_RATE_BPS} bit/s: {bps:.0} bit/s received, ratio {ratio:.3}\n{out}");
+    // Goodput excludes headers (~5% at 1500 B) and TCP ramp-up; it must not exceed the rate.
+    assert!(
+        ratio <= 1.0,
+        "shaper let through more than its rate: {ratio:.3}"
+    );
+    assert!(
+        ratio >= 0.5,
+        "shaped TCP got far less than the rate: {ratio:.3}"
+    );
+}

@@ -283,3 +283,49 @@ fn from_tc_help_lists_every_option() {
         assert!(out.contains(word), "{word} missing from:\n{out}");
     }
 }
+
+#[test]
+fn engine_and_port_flags_reach_their_sections() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "empty.toml", "");
+    let o = cakewalk(&[
+        "check-config",
+        &f,
+        "--workers",
+        "3",
+        "--queues",
+        "2",
+        "--idle",
+        "spin",
+        "--duration",
+        "5s",
+        "--port-kind",
+        "pcap",
+        "--input",
+        "in.pcap",
+        "--output",
+        "out.pcap",
+        "--queue",
+        "fifo",
+        "--set",
+        "engine.burst=64",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in [
+        "workers: 3",
+        "tx_queues: 2",
+        "burst: 64",
+        "idle: Spin",
+        "duration: \"5s\"",
+        "kind: Pcap",
+        "\"in.pcap\"",
+        "\"out.pcap\"",
+        "queue = \"fifo\"",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    let o = cakewalk(&["check-config", &f, "--set", "engine.workerz=2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("workerz"), "{}", stderr(&o));
+}

@@ -61,7 +61,9 @@ pub fn find(explicit: Option<&Path>) -> Option<PathBuf> {
     cands.into_iter().find(|p| p.is_file())
 }
 
-/// Returns the full command line that runs cakewalk between `ra` and `rb` on AF_PACKET.
+/// Returns the full command line that runs cakewalk between `ra` and `rb` on AF_PACKET
+/// (`cakewalk run --port-kind afpacket --iface ra,rb ...`), with its control socket off so
+/// runs never share one.
 pub fn command(bin: &Path, k: &Knobs) -> Vec<String> {
     let rate = crate::units::tc_rate(k.rate_bps);
     let mut v: Vec<String> = [
@@ -70,26 +72,26 @@ pub fn command(bin: &Path, k: &Knobs) -> Vec<String> {
         "--port-kind",
         "afpacket",
         "--iface",
-        "ra",
-        "--iface",
-        "rb",
+        "ra,rb",
         "--rate",
         &rate,
+        "--set",
+        "stats.control_socket=off",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     if k.tx_queues > 1 {
-        v.extend(["--tx-queues".into(), k.tx_queues.to_string()]);
+        v.extend(["--queues".into(), k.tx_queues.to_string()]);
     }
     if let Some(d) = &k.diffserv {
         v.extend(["--diffserv".into(), d.clone()]);
     }
     if let Some(s) = &k.sync {
-        v.extend(["--sync".into(), s.clone()]);
+        v.extend(["--set".into(), format!("shaper.sync_policy={s}")]);
     }
     if let Some(q) = &k.qdisc {
-        v.extend(["--qdisc".into(), q.clone()]);
+        v.extend(["--queue".into(), q.clone()]);
     }
     v.extend(k.extra.iter().cloned());
     v
@@ -150,11 +152,14 @@ mod tests {
         let c = command(Path::new("/x/cakewalk"), &k).join(" ");
         assert_eq!(
             c,
-            "/x/cakewalk run --port-kind afpacket --iface ra --iface rb --rate 100mbit"
+            "/x/cakewalk run --port-kind afpacket --iface ra,rb --rate 100mbit --set stats.control_socket=off"
         );
         k.tx_queues = 4;
         k.sync = Some("equal".into());
         let c = command(Path::new("cw"), &k).join(" ");
-        assert!(c.ends_with("--tx-queues 4 --sync equal"), "{c}");
+        assert!(
+            c.ends_with("--queues 4 --set shaper.sync_policy=equal"),
+            "{c}"
+        );
     }
 }

@@ -114,8 +114,6 @@ struct Flow {
     cv_p_drop: u32,
     cv_drop_next: u64,
     cv_blue_timer: u64,
-    next: u16,
-    prev: u16,
     srchost: u16,
     dsthost: u16,
     set: u8,
@@ -135,8 +133,6 @@ impl Default for Flow {
             cv_p_drop: 0,
             cv_drop_next: 0,
             cv_blue_timer: 0,
-            next: NIL16,
-            prev: NIL16,
             srchost: 0,
             dsthost: 0,
             set: SET_NONE,
@@ -170,13 +166,20 @@ impl Flow {
     }
 }
 
-/// Host-fairness entry (`struct cake_host`).
+/// A flow's links in its tin's list: kept apart from [`Flow`] so that moving a flow between
+/// lists touches its neighbours' 4-byte links, not their whole cache lines.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    next: u16,
+    prev: u16,
+}
+
+/// Host-fairness tags (`struct cake_host` minus the bulk counts, which live in compact
+/// arrays of their own because every quantum refill reads them).
 #[derive(Debug, Clone, Copy, Default)]
 struct Host {
     src_tag: u32,
     dst_tag: u32,
-    src_bulk: u16,
-    dst_bulk: u16,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -273,8 +276,11 @@ pub struct Cake<P> {
 
     tins: [Tin; MAX_TINS],
     flows: Box<[Flow]>,
+    links: Box<[Link]>,
     tags: Box<[u32]>,
     hosts: Box<[Host]>,
+    src_bulk: Box<[u16]>,
+    dst_bulk: Box<[u16]>,
     heap: OverflowHeap,
     overflow_timeout: u32,
 
@@ -332,8 +338,18 @@ impl<P: Packet> Cake<P> {
             backlog: 0,
             tins: Default::default(),
             flows: vec![Flow::default(); ALL_FLOWS].into_boxed_slice(),
+            links: vec![
+                Link {
+                    next: NIL16,
+                    prev: NIL16
+                };
+                ALL_FLOWS
+            ]
+            .into_boxed_slice(),
             tags: vec![0u32; ALL_FLOWS].into_boxed_slice(),
             hosts: vec![Host::default(); ALL_FLOWS].into_boxed_slice(),
+            src_bulk: vec![0u16; ALL_FLOWS].into_boxed_slice(),
+            dst_bulk: vec![0u16; ALL_FLOWS].into_boxed_slice(),
             heap: OverflowHeap::new(ALL_FLOWS),
             overflow_timeout: 0,
             slots: Vec::new(),
@@ -502,16 +518,18 @@ impl<P: Packet> Cake<P> {
                 self.stats.tins[t].dropped_packets += 1;
                 self.stats.purged_packets += 1;
             }
+            self.links[fid] = Link {
+                next: NIL16,
+                prev: NIL16,
+            };
             let cv = self.flows[fid].cobalt();
             self.flows[fid] = Flow {
                 cv_rec_inv_sqrt: cv.rec_inv_sqrt,
                 ..Flow::default()
             };
         }
-        for h in &mut self.hosts[base..base + FLOWS_PER_TIN] {
-            h.src_bulk = 0;
-            h.dst_bulk = 0;
-        }
+        self.src_bulk[base..base + FLOWS_PER_TIN].fill(0);
+        self.dst_bulk[base..base + FLOWS_PER_TIN].fill(0);
         let tin = &mut self.tins[t];
         tin.lists = Default::default();
         tin.tin_deficit = 0;
@@ -526,10 +544,8 @@ impl<P: Packet> Cake<P> {
 
     /// Recomputes host bulk counts after a flow-mode change.
     fn recount_hosts(&mut self) {
-        for h in self.hosts.iter_mut() {
-            h.src_bulk = 0;
-            h.dst_bulk = 0;
-        }
+        self.src_bulk.fill(0);
+        self.dst_bulk.fill(0);
         for fid in 0..ALL_FLOWS {
             if self.flows[fid].set == SET_BULK {
                 self.inc_host_bulk(fid);
@@ -582,8 +598,10 @@ impl<P: Packet> Cake<P> {
             .sum();
         size_of::<Self>()
             + self.flows.len() * size_of::<Flow>()
+            + self.links.len() * size_of::<Link>()
             + self.tags.len() * size_of::<u32>()
             + self.hosts.len() * size_of::<Host>()
+            + (self.src_bulk.len() + self.dst_bulk.len()) * size_of::<u16>()
             + self.heap.bytes()
             + self.ack.capacity() * size_of::<AckEntry>()
             + self.stats.tins.len() * size_of::<TinStats>()
@@ -690,9 +708,9 @@ impl<P: Packet> Cake<P> {
             let tag = |j: usize| {
                 let e = &self.hosts[base + j];
                 if dst {
-                    (e.dst_tag, e.dst_bulk)
+                    (e.dst_tag, self.dst_bulk[base + j])
                 } else {
-                    (e.src_tag, e.src_bulk)
+                    (e.src_tag, self.src_bulk[base + j])
                 }
             };
             ways.clone()
@@ -779,7 +797,7 @@ impl<P: Packet> Cake<P> {
                 let idx = self.alloc_host(base, h, false);
                 self.flows[fid].srchost = idx as u16;
                 if self.flows[fid].set == SET_BULK {
-                    self.hosts[base + idx].src_bulk += 1;
+                    self.src_bulk[base + idx] += 1;
                 }
             }
             if self.ddst {
@@ -787,7 +805,7 @@ impl<P: Packet> Cake<P> {
                 let idx = self.alloc_host(base, h, true);
                 self.flows[fid].dsthost = idx as u16;
                 if self.flows[fid].set == SET_BULK {
-                    self.hosts[base + idx].dst_bulk += 1;
+                    self.dst_bulk[base + idx] += 1;
                 }
             }
         }
@@ -800,23 +818,24 @@ impl<P: Packet> Cake<P> {
         let i = (h as usize) % FLOWS_PER_TIN;
         let inner = i % SET_WAYS;
         let outer = i - inner;
-        let get = |e: &Host| {
+        let get = |j: usize| {
+            let e = &self.hosts[base + j];
             if dst {
-                (e.dst_tag, e.dst_bulk)
+                (e.dst_tag, self.dst_bulk[base + j])
             } else {
-                (e.src_tag, e.src_bulk)
+                (e.src_tag, self.src_bulk[base + j])
             }
         };
         for n in 0..SET_WAYS {
             let j = outer + (inner + n) % SET_WAYS;
-            if get(&self.hosts[base + j]).0 == h {
+            if get(j).0 == h {
                 return j;
             }
         }
         let mut pick = i;
         for n in 0..SET_WAYS {
             let j = outer + (inner + n) % SET_WAYS;
-            if get(&self.hosts[base + j]).1 == 0 {
+            if get(j).1 == 0 {
                 pick = j;
                 break;
             }
@@ -835,12 +854,12 @@ impl<P: Packet> Cake<P> {
         let base = fid - fid % FLOWS_PER_TIN;
         let f = self.flows[fid];
         if self.dsrc {
-            let h = &mut self.hosts[base + usize::from(f.srchost)];
-            h.src_bulk = h.src_bulk.saturating_add(1);
+            let h = &mut self.src_bulk[base + usize::from(f.srchost)];
+            *h = h.saturating_add(1);
         }
         if self.ddst {
-            let h = &mut self.hosts[base + usize::from(f.dsthost)];
-            h.dst_bulk = h.dst_bulk.saturating_add(1);
+            let h = &mut self.dst_bulk[base + usize::from(f.dsthost)];
+            *h = h.saturating_add(1);
         }
     }
 
@@ -849,12 +868,12 @@ impl<P: Packet> Cake<P> {
         let base = fid - fid % FLOWS_PER_TIN;
         let f = self.flows[fid];
         if self.dsrc {
-            let h = &mut self.hosts[base + usize::from(f.srchost)];
-            h.src_bulk = h.src_bulk.saturating_sub(1);
+            let h = &mut self.src_bulk[base + usize::from(f.srchost)];
+            *h = h.saturating_sub(1);
         }
         if self.ddst {
-            let h = &mut self.hosts[base + usize::from(f.dsthost)];
-            h.dst_bulk = h.dst_bulk.saturating_sub(1);
+            let h = &mut self.dst_bulk[base + usize::from(f.dsthost)];
+            *h = h.saturating_sub(1);
         }
     }
 
@@ -867,10 +886,10 @@ impl<P: Packet> Cake<P> {
         let f = &self.flows[fid];
         let mut load = 1u16;
         if self.dsrc {
-            load = load.max(self.hosts[base + usize::from(f.srchost)].src_bulk);
+            load = load.max(self.src_bulk[base + usize::from(f.srchost)]);
         }
         if self.ddst {
-            load = load.max(self.hosts[base + usize::from(f.dsthost)].dst_bulk);
+            load = load.max(self.dst_bulk[base + usize::from(f.dsthost)]);
         }
         let div = u32::from(QUANTUM_DIV[usize::from(load).min(FLOWS_PER_TIN)]);
         ((u32::from(self.tins[tin].flow_quantum) * div + dither) >> 16) as i32
@@ -878,29 +897,33 @@ impl<P: Packet> Cake<P> {
 
     // ---- intrusive lists -------------------------------------------------------------
 
+    #[inline]
     fn list_unlink(&mut self, fid: usize) {
-        let f = self.flows[fid];
-        if f.list == NO_LIST {
+        let which = self.flows[fid].list;
+        if which == NO_LIST {
             return;
         }
+        let Link { next, prev } = self.links[fid];
         let tin = fid / FLOWS_PER_TIN;
-        let list = &mut self.tins[tin].lists[usize::from(f.list)];
-        if f.prev == NIL16 {
-            list.head = f.next;
+        let list = &mut self.tins[tin].lists[usize::from(which)];
+        if prev == NIL16 {
+            list.head = next;
         } else {
-            self.flows[usize::from(f.prev)].next = f.next;
+            self.links[usize::from(prev)].next = next;
         }
-        if f.next == NIL16 {
-            list.tail = f.prev;
+        if next == NIL16 {
+            list.tail = prev;
         } else {
-            self.flows[usize::from(f.next)].prev = f.prev;
+            self.links[usize::from(next)].prev = prev;
         }
-        let f = &mut self.flows[fid];
-        f.next = NIL16;
-        f.prev = NIL16;
-        f.list = NO_LIST;
+        self.links[fid] = Link {
+            next: NIL16,
+            prev: NIL16,
+        };
+        self.flows[fid].list = NO_LIST;
     }
 
+    #[inline]
     fn list_push_tail(&mut self, fid: usize, which: u8) {
         let tin = fid / FLOWS_PER_TIN;
         let list = &mut self.tins[tin].lists[usize::from(which)];
@@ -908,13 +931,14 @@ impl<P: Packet> Cake<P> {
         if old_tail == NIL16 {
             list.head = fid as u16;
         } else {
-            self.flows[usize::from(old_tail)].next = fid as u16;
+            self.links[usize::from(old_tail)].next = fid as u16;
         }
         list.tail = fid as u16;
-        let f = &mut self.flows[fid];
-        f.prev = old_tail;
-        f.next = NIL16;
-        f.list = which;
+        self.links[fid] = Link {
+            next: NIL16,
+            prev: old_tail,
+        };
+        self.flows[fid].list = which;
     }
 
     #[inline]
@@ -1578,7 +1602,8 @@ impl<P: Packet> Cake<P> {
                 let mut prev = NIL16;
                 while fid != NIL16 {
                     let f = &self.flows[usize::from(fid)];
-                    if usize::from(f.list) != w || f.prev != prev {
+                    let link = self.links[usize::from(fid)];
+                    if usize::from(f.list) != w || link.prev != prev {
                         return Err(format!("list {w} of tin {t} broken at flow {fid}"));
                     }
                     listed += 1;
@@ -1586,7 +1611,7 @@ impl<P: Packet> Cake<P> {
                         return Err("flow list cycle".into());
                     }
                     prev = fid;
-                    fid = f.next;
+                    fid = link.next;
                 }
                 if prev != l.tail {
                     return Err(format!("list {w} of tin {t} tail mismatch"));
@@ -1617,18 +1642,12 @@ impl<P: Packet> Cake<P> {
                     }
                 }
                 for h in 0..FLOWS_PER_TIN {
-                    let e = &self.hosts[base + h];
-                    if self.dsrc && u32::from(e.src_bulk) != src[h] {
-                        return Err(format!(
-                            "tin {t} src host {h} bulk {} != {}",
-                            e.src_bulk, src[h]
-                        ));
+                    let (sb, db) = (self.src_bulk[base + h], self.dst_bulk[base + h]);
+                    if self.dsrc && u32::from(sb) != src[h] {
+                        return Err(format!("tin {t} src host {h} bulk {} != {}", sb, src[h]));
                     }
-                    if self.ddst && u32::from(e.dst_bulk) != dst[h] {
-                        return Err(format!(
-                            "tin {t} dst host {h} bulk {} != {}",
-                            e.dst_bulk, dst[h]
-                        ));
+                    if self.ddst && u32::from(db) != dst[h] {
+                        return Err(format!("tin {t} dst host {h} bulk {} != {}", db, dst[h]));
                     }
                 }
             }

@@ -208,7 +208,7 @@ fn hosts_get_equal_shares_whatever_their_flow_count() {
     let ratio = bytes[0] as f64 / bytes[1] as f64;
     assert!((ratio - 1.0).abs() < 0.05, "host bytes {bytes:?}");
     let cl = c.classify(&metas[0]);
-    assert_eq!(c.hosts[cl.src_host.unwrap()].src_bulk, 4);
+    assert_eq!(c.src_bulk[cl.src_host.unwrap()], 4);
     c.check_invariants().unwrap();
 }
 

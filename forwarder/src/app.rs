@@ -321,22 +321,6 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())
         .context("installing the SIGTERM handler")?;
 
-    let views: Vec<Arc<dyn QueueView>> = shapers
-        .iter()
-        .map(|s| Arc::new(ShaperView(s.clone())) as Arc<dyn QueueView>)
-        .collect();
-    let all_shapers = shapers.clone();
-    let started = Instant::now();
-    let running = engine::start(&ecfg, soft.ports, shapers).context("starting the engine")?;
-    let handoff_src = running.handoff_counts();
-    let mut reporter = Reporter::new(Sources {
-        port_names,
-        engine: running.shared().clone(),
-        queues: views,
-        synth: soft.synth.clone(),
-        handoff: Box::new(handoff_src),
-    });
-
     let latest_text = Arc::new(Mutex::new(String::from("no report yet\n")));
     let latest_json = Arc::new(Mutex::new(String::from("{}\n")));
     let latest_prom = Arc::new(Mutex::new(String::new()));
@@ -376,6 +360,22 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         )),
         None => None,
     };
+    let views: Vec<Arc<dyn QueueView>> = shapers
+        .iter()
+        .map(|s| Arc::new(ShaperView(s.clone())) as Arc<dyn QueueView>)
+        .collect();
+    let all_shapers = shapers.clone();
+    let started = Instant::now();
+    let running = engine::start(&ecfg, soft.ports, shapers).context("starting the engine")?;
+    let handoff_src = running.handoff_counts();
+    let mut reporter = Reporter::new(Sources {
+        port_names,
+        engine: running.shared().clone(),
+        queues: views,
+        synth: soft.synth.clone(),
+        handoff: Box::new(handoff_src),
+    });
+
     let mut publish = |r: &Report, live: bool, synth: &[(usize, Arc<SynthStats>)]| {
         let line = serde_json::to_string(r).unwrap_or_default();
         if let Some(j) = json.as_mut() {
@@ -439,7 +439,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         let _ = s.run(now, 0, &mut out, &mut |_o: &mut Vec<PoolBuf>| {});
         drop(out);
     }
-    let r = reporter.report(started.elapsed().as_secs_f64());
+    let r = reporter.final_report(started.elapsed().as_secs_f64());
     publish(&r, false, &soft.synth);
     aux_stop.store(true, Ordering::Relaxed);
     for h in aux {

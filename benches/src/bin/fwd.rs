@@ -44,32 +44,38 @@ fn generator(pool: Pool) -> SynthRx {
     SynthRx::new(&plan, pool, 0, 1, &SynthStats::default())
 }
 
-/// The bare loop: rx_burst -> tx_burst on this (pinned) thread; returns Mpps.
+/// The bare loop: rx_burst -> tx_burst on this (pinned) thread, one clock read per burst
+/// like the engine; returns Mpps.
 fn bare_loop(seconds: f64, warmup: f64) -> f64 {
     let pool = Pool::new(4096, 2048);
     let mut rx = generator(pool);
     let mut tx = NullTx;
     let mut burst = Vec::with_capacity(32);
-    let start = Instant::now();
+    let warm_ns = (warmup * 1e9) as u64;
+    let end_ns = ((warmup + seconds) * 1e9) as u64;
+    let start = forwarder::engine::clock::now_ns();
     let mut counted = 0u64;
-    let mut t0 = None;
+    let mut t0 = 0u64;
     loop {
-        forwarder::engine::clock::now_ns();
+        let now = forwarder::engine::clock::now_ns() - start;
         rx.rx_burst(&mut burst, 32);
         let n = tx.tx_burst(&mut burst) as u64;
-        let el = start.elapsed().as_secs_f64();
-        if el >= warmup {
-            if t0.is_none() {
-                t0 = Some(Instant::now());
+        if now >= warm_ns {
+            if t0 == 0 {
+                t0 = now;
             } else {
                 counted += n;
             }
         }
-        if el >= warmup + seconds {
-            break;
+        if now >= end_ns {
+            return counted as f64 / ((now - t0) as f64 / 1e9) / 1e6;
         }
     }
-    counted as f64 / t0.map_or(1.0, |t| t.elapsed().as_secs_f64()) / 1e6
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
 }
 
 /// One engine row; returns (Mpps, delivered bit/s).
@@ -127,38 +133,55 @@ fn main() {
         rate: shaped,
         ..CakeConfig::default()
     };
-    println!("cakewalk fwd: synth (64 B, 1024 flows) -> engine (1 worker, pinned, burst 32) -> null sink; {seconds} s per row after {warmup} s warm-up");
-    let bare = bare_loop(seconds, warmup);
+    let reps = if smoke { 1 } else { 3 };
+    println!("cakewalk fwd: synth (64 B, 1024 flows) -> engine (1 worker, pinned, burst 32) -> null sink");
+    println!("{seconds} s per measurement after {warmup} s warm-up; each row is paired with a bare-loop run just before it; medians of {reps}");
     let rows: Vec<(&str, QueueChoice, bool)> = vec![
         ("engine, no qdisc", QueueChoice::None, true),
         ("FIFO + bypass", QueueChoice::Fifo, true),
         ("FIFO, no bypass", QueueChoice::Fifo, false),
-        ("CAKE unlimited + bypass", QueueChoice::Cake(unlimited.clone()), true),
-        ("CAKE unlimited, no bypass", QueueChoice::Cake(unlimited), false),
+        (
+            "CAKE unlimited + bypass",
+            QueueChoice::Cake(unlimited.clone()),
+            true,
+        ),
+        (
+            "CAKE unlimited, no bypass",
+            QueueChoice::Cake(unlimited),
+            false,
+        ),
         ("CAKE shaped 1 Gbit", QueueChoice::Cake(shaped_cfg), true),
     ];
-    println!("{:<28} {:>9} {:>9} {:>9} {:>12}", "row", "Mpps", "ns/pkt", "vs bare", "delivered");
     println!(
-        "{:<28} {:>9.3} {:>9.1} {:>9.2} {:>12}",
-        "bare port loop (rx->tx)",
-        bare,
-        1e3 / bare,
-        1.0,
-        "-"
+        "{:<28} {:>9} {:>9} {:>10} {:>9} {:>14}",
+        "row", "Mpps", "ns/pkt", "bare Mpps", "vs bare", "delivered"
     );
     for (name, choice, bypass) in rows {
-        let (mpps, bps) = engine_row(&choice, bypass, seconds, warmup);
+        let mut mpps = Vec::new();
+        let mut bares = Vec::new();
+        let mut ratios = Vec::new();
+        let mut bpss = Vec::new();
+        for _ in 0..reps {
+            let bare = bare_loop(seconds, warmup);
+            let (m, bps) = engine_row(&choice, bypass, seconds, warmup);
+            mpps.push(m);
+            bares.push(bare);
+            ratios.push(m / bare);
+            bpss.push(bps);
+        }
+        let (m, bare, ratio, bps) = (median(mpps), median(bares), median(ratios), median(bpss));
         let delivered = if name.contains("shaped") {
             format!("{:.4}x rate", bps / shaped.bits_per_sec() as f64)
         } else {
-            format!("{:.2} Gbit", bps / 1e9)
+            format!("{:.2} Gbit/s", bps / 1e9)
         };
         println!(
-            "{:<28} {:>9.3} {:>9.1} {:>9.2} {:>12}",
+            "{:<28} {:>9.3} {:>9.1} {:>10.3} {:>9.2} {:>14}",
             name,
-            mpps,
-            1e3 / mpps.max(1e-9),
-            mpps / bare,
+            m,
+            1e3 / m.max(1e-9),
+            bare,
+            ratio,
             delivered
         );
     }

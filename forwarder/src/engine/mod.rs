@@ -600,3 +600,167 @@ fn transmit<P: PortBuf>(tx: &mut dyn PortTx<Buf = P>, burst: &mut Vec<P>) -> (u6
     let after: u64 = burst.iter().map(|p| p.len() as u64).sum();
     (sent as u64, before - after)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::{build_queues, QueueChoice};
+    use crate::port::pool::{Pool, PoolBuf};
+    use crate::port::synth::{PacketSize, SynthConfig, SynthPlan, SynthRx, SynthStats, SynthTx};
+    use crate::stats::{QueueView, Reporter, Sources};
+    use qdisc::mq::TxQueueOptions;
+
+    struct View(Arc<dyn Shaper<PoolBuf>>);
+
+    impl QueueView for View {
+        fn stats(&self) -> qdisc::mq::TxQueueStats {
+            self.0.stats()
+        }
+        fn backlog(&self) -> u64 {
+            self.0.backlog()
+        }
+        fn tins(&self) -> Vec<TinSnapshot> {
+            self.0.tins()
+        }
+        fn rate(&self) -> qdisc::Rate {
+            self.0.rate()
+        }
+    }
+
+    /// Runs `packets` synth packets from port 0 to port 1 and returns the final report.
+    fn forward(
+        choice: QueueChoice,
+        workers: usize,
+        queues: usize,
+        packets: u64,
+    ) -> crate::stats::Report {
+        let cfg = SynthConfig {
+            flows: 37,
+            size: PacketSize::Imix,
+            packets,
+            ..SynthConfig::default()
+        };
+        let plan = SynthPlan::new(&cfg, 0).unwrap();
+        let stats = Arc::new(SynthStats::default());
+        let pool = Pool::new(2048, 2048);
+        let rx: Vec<Box<dyn PortRx<Buf = PoolBuf>>> =
+            vec![Box::new(SynthRx::new(&plan, pool, 0, 1, &stats))];
+        let mk_tx = |n: usize| -> Vec<Box<dyn PortTx<Buf = PoolBuf>>> {
+            (0..n)
+                .map(|_| {
+                    Box::new(SynthTx::new(37, stats.clone())) as Box<dyn PortTx<Buf = PoolBuf>>
+                })
+                .collect()
+        };
+        let ports = EnginePorts {
+            rx: vec![rx, Vec::new()],
+            tx: vec![mk_tx(queues), mk_tx(queues)],
+            forward: vec![Some(1), None],
+        };
+        let (shapers, _) = build_queues(&choice, 2, queues, TxQueueOptions::default()).unwrap();
+        let views: Vec<Arc<dyn QueueView>> = shapers
+            .iter()
+            .map(|s| Arc::new(View(s.clone())) as Arc<dyn QueueView>)
+            .collect();
+        let all = shapers.clone();
+        let ecfg = EngineConfig {
+            workers,
+            tx_queues: queues,
+            pin: false,
+            ..EngineConfig::default()
+        };
+        let running = start(&ecfg, ports, shapers).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !running.rx_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        running.stop_rx();
+        let handoff = running.handoff_counts();
+        let shared = running.shared().clone();
+        assert_eq!(running.join(), 0);
+        for s in &all {
+            let _ = s.run(clock::now_ns(), 0, &mut Vec::new(), &mut |_o: &mut Vec<
+                PoolBuf,
+            >| {});
+        }
+        let mut r = Reporter::new(Sources {
+            port_names: vec!["a".into(), "b".into()],
+            engine: shared,
+            queues: views,
+            synth: vec![(0, stats)],
+            handoff: Box::new(handoff),
+        });
+        r.final_report(1.0)
+    }
+
+    #[test]
+    fn one_worker_forwards_every_packet_through_cake_in_order() {
+        let r = forward(
+            QueueChoice::Cake(qdisc::cake::CakeConfig::default()),
+            1,
+            1,
+            20_000,
+        );
+        let s = &r.synth[0];
+        assert_eq!(
+            (s.totals.sent_packets, s.totals.received_packets),
+            (20_000, 20_000)
+        );
+        assert_eq!((s.lost, s.totals.reordered, s.totals.duplicates), (0, 0, 0));
+        assert!(r.conservation.ok, "{:?}", r.conservation);
+    }
+
+    #[test]
+    fn two_workers_hand_bypassed_packets_over_without_loss_or_reordering() {
+        let r = forward(QueueChoice::Fifo, 2, 2, 20_000);
+        let s = &r.synth[0];
+        assert_eq!(s.totals.received_packets, 20_000);
+        assert_eq!((s.lost, s.totals.reordered, s.totals.duplicates), (0, 0, 0));
+        assert!(r.conservation.ok, "{:?}", r.conservation);
+        // Both of port b's queues carried traffic.
+        assert!(r.queues[2].bypass + r.queues[2].dequeued > 0);
+        assert!(r.queues[3].bypass + r.queues[3].dequeued > 0);
+    }
+
+    #[test]
+    fn the_bare_loop_without_a_qdisc_conserves_too() {
+        let r = forward(QueueChoice::None, 1, 1, 5_000);
+        assert_eq!(r.synth[0].totals.received_packets, 5_000);
+        assert!(r.conservation.ok);
+    }
+
+    #[test]
+    fn bad_engine_settings_name_the_setting_and_the_fix() {
+        let e = EngineConfig {
+            workers: 0,
+            ..EngineConfig::default()
+        }
+        .timing()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("workers = 0") && e.contains("use 1 to 256"),
+            "{e}"
+        );
+        let e = EngineConfig {
+            duration: "soon".into(),
+            ..EngineConfig::default()
+        }
+        .timing()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("'soon'") || e.contains("soon"), "{e}");
+    }
+
+    #[test]
+    fn engine_table_parses_from_toml_and_rejects_unknown_keys() {
+        let c: EngineConfig =
+            toml::from_str("workers = 2\nidle = \"spin\"\ncores = [1]\nduration = \"0\"").unwrap();
+        assert_eq!(
+            (c.workers, c.idle, c.cores.clone()),
+            (2, IdleMode::Spin, vec![1])
+        );
+        assert_eq!(c.timing().unwrap().duration_ns, None);
+        assert!(toml::from_str::<EngineConfig>("worker = 2").is_err());
+    }
+}

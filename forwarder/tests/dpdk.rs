@@ -280,6 +280,86 @@ fn pcap_body() {
     drop((arx, btx, a, b));
 }
 
+/// net_pcap -> D's engine (1 worker, FIFO TxQueue) -> net_pcap, with the engine's counters.
+fn engine_pcap_body() {
+    use forwarder::engine::{self, EngineConfig, EnginePorts, Shaper};
+    use forwarder::stats::counters::port;
+    use qdisc::fifo::{Fifo, FifoConfig};
+    use qdisc::mq::{MqQdisc, TxQueue as Queue, TxQueueOptions};
+    use std::sync::Arc;
+
+    let dir = std::env::var("CW_DPDK_PCAP_DIR").expect("parent sets the pcap dir");
+    let expected: u64 = std::env::var("CW_DPDK_PCAP_FRAMES")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let input = Path::new(&dir).join("in.pcap");
+    let output = Path::new(&dir).join("out.pcap");
+    let eal = Eal::init(eal_args(&[
+        format!("net_pcap0,rx_pcap={}", input.display()),
+        format!("net_pcap1,tx_pcap={}", output.display()),
+    ]))
+    .expect("EAL starts");
+    let pool = Mempool::new(&eal, "engine_pool", 8191, -1).expect("pool");
+    let cfg = EthDevConfig::default();
+    let mut a = EthDev::open(&eal, "net_pcap0", &cfg, &pool).expect("net_pcap0");
+    let mut b = EthDev::open(&eal, "net_pcap1", &cfg, &pool).expect("net_pcap1");
+    let (arx, atx) = a.split().unwrap();
+    let (_brx, btx) = b.split().unwrap();
+    let boxed_rx = |v: Vec<forwarder::port::dpdk::RxQueue>| -> Vec<Box<dyn PortRx<Buf = Mbuf>>> {
+        v.into_iter()
+            .map(|q| Box::new(q) as Box<dyn PortRx<Buf = Mbuf>>)
+            .collect()
+    };
+    let boxed_tx = |v: Vec<forwarder::port::dpdk::TxQueue>| -> Vec<Box<dyn PortTx<Buf = Mbuf>>> {
+        v.into_iter()
+            .map(|q| Box::new(q) as Box<dyn PortTx<Buf = Mbuf>>)
+            .collect()
+    };
+    let ports = EnginePorts {
+        rx: vec![boxed_rx(arx), Vec::new()],
+        tx: vec![boxed_tx(atx), boxed_tx(btx)],
+        forward: vec![Some(1), None],
+    };
+    let shapers: Vec<Arc<dyn Shaper<Mbuf>>> = (0..2)
+        .map(|_| {
+            let fifo = <Fifo<Mbuf> as MqQdisc<Mbuf>>::build(&FifoConfig {
+                limit_packets: 8192,
+            })
+            .unwrap();
+            Arc::new(Queue::new(fifo, TxQueueOptions::default())) as Arc<dyn Shaper<Mbuf>>
+        })
+        .collect();
+    let ecfg = EngineConfig {
+        duration: "0".into(),
+        pin: false,
+        ..EngineConfig::default()
+    };
+    let running = engine::start(&ecfg, ports, shapers).expect("engine starts");
+    let start = Instant::now();
+    while running.shared().snapshot().port(0, port::RX_PACKETS) < expected
+        && start.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    running.stop_rx();
+    let shared = running.shared().clone();
+    assert_eq!(running.join(), 0, "no worker panicked");
+    let snap = shared.snapshot();
+    let rx = snap.port(0, port::RX_PACKETS);
+    let (tx, _) = snap.port_tx(1);
+    let drops: u64 = qdisc::DropReason::ALL
+        .iter()
+        .map(|r| snap.drops(1, *r))
+        .sum();
+    println!("engine: rx {rx} tx {tx} drops {drops}");
+    assert_eq!(rx, expected, "the engine read the whole file");
+    assert_eq!(tx + drops, rx, "conservation through the engine");
+    assert_eq!(drops, 0, "nothing dropped at this load");
+    drop((a, b));
+    assert_eq!(pool.in_use(), 0, "every mbuf went back to the pool");
+}
+
 fn errors_body() {
     // Unknown device name after a good init; queues beyond the device's maximum; pool
     // exhaustion; a second EAL init. None of them may crash.
@@ -392,33 +472,24 @@ fn mbufs_mark_ecn_in_place() {
     scenario("mbufs_mark_ecn_in_place", ecn_body);
 }
 
-#[test]
-#[ignore = "needs root and DPDK; run by scripts/test dpdk"]
-fn pcap_in_to_pcap_out_is_byte_identical_and_in_order() {
-    const NAME: &str = "pcap_in_to_pcap_out_is_byte_identical_and_in_order";
-    if std::env::var(SCENARIO_ENV).as_deref() == Ok(NAME) {
-        return scenario(NAME, pcap_body);
-    }
-    if !is_root() {
-        eprintln!("SKIP {NAME}: DPDK scenarios need root");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+/// Writes `in.pcap` with frames of varied sizes and flows into `dir`; returns the frames.
+fn write_input_pcap(dir: &Path) -> Vec<Vec<u8>> {
     let frames: Vec<Vec<u8>> = (0..2000u32)
         .map(|i| frame(i, 97, 18 + (i as usize * 37) % 1400))
         .collect();
-    {
-        let f = std::fs::File::create(dir.path().join("in.pcap")).unwrap();
-        let mut w = pcap_file::pcap::PcapWriter::new(f).unwrap();
-        for (i, fr) in frames.iter().enumerate() {
-            let ts = Duration::from_micros(i as u64);
-            w.write_packet(&pcap_file::pcap::PcapPacket::new(ts, fr.len() as u32, fr))
-                .unwrap();
-        }
+    let f = std::fs::File::create(dir.join("in.pcap")).unwrap();
+    let mut w = pcap_file::pcap::PcapWriter::new(f).unwrap();
+    for (i, fr) in frames.iter().enumerate() {
+        let ts = Duration::from_micros(i as u64);
+        w.write_packet(&pcap_file::pcap::PcapPacket::new(ts, fr.len() as u32, fr))
+            .unwrap();
     }
-    std::env::set_var("CW_DPDK_PCAP_DIR", dir.path());
-    scenario(NAME, pcap_body);
-    let f = std::fs::File::open(dir.path().join("out.pcap")).unwrap();
+    frames
+}
+
+/// Checks that `out.pcap` in `dir` holds exactly `frames`, in order.
+fn assert_output_pcap(dir: &Path, frames: &[Vec<u8>]) {
+    let f = std::fs::File::open(dir.join("out.pcap")).unwrap();
     let mut r = pcap_file::pcap::PcapReader::new(f).unwrap();
     let mut out = Vec::new();
     while let Some(p) = r.next_packet() {
@@ -428,6 +499,42 @@ fn pcap_in_to_pcap_out_is_byte_identical_and_in_order() {
     for (i, (a, b)) in frames.iter().zip(&out).enumerate() {
         assert_eq!(a, b, "frame {i} differs");
     }
+}
+
+/// Runs a pcap-in/pcap-out scenario: the parent writes the input, the child forwards, the
+/// parent compares.
+fn pcap_scenario(name: &str, body: fn()) {
+    if std::env::var(SCENARIO_ENV).as_deref() == Ok(name) {
+        return scenario(name, body);
+    }
+    if !is_root() {
+        eprintln!("SKIP {name}: DPDK scenarios need root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let frames = write_input_pcap(dir.path());
+    std::env::set_var("CW_DPDK_PCAP_DIR", dir.path());
+    std::env::set_var("CW_DPDK_PCAP_FRAMES", frames.len().to_string());
+    scenario(name, body);
+    assert_output_pcap(dir.path(), &frames);
+}
+
+#[test]
+#[ignore = "needs root and DPDK; run by scripts/test dpdk"]
+fn pcap_in_to_pcap_out_is_byte_identical_and_in_order() {
+    pcap_scenario(
+        "pcap_in_to_pcap_out_is_byte_identical_and_in_order",
+        pcap_body,
+    );
+}
+
+#[test]
+#[ignore = "needs root and DPDK; run by scripts/test dpdk"]
+fn the_engine_forwards_pcap_to_pcap_identically_and_conserves_packets() {
+    pcap_scenario(
+        "the_engine_forwards_pcap_to_pcap_identically_and_conserves_packets",
+        engine_pcap_body,
+    );
 }
 
 // ---------------------------------------------------------------------------------------

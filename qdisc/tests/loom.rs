@@ -70,6 +70,26 @@ fn produce(q: &Queue, wire: &Wire, producer: u32, count: u32) -> u32 {
     dropped
 }
 
+/// One producer offering its `count` packets as one burst, then running only when told to.
+fn produce_burst(q: &Queue, wire: &Wire, producer: u32, count: u32) -> u32 {
+    let meta = PacketMeta::default();
+    let mut dropped = 0;
+    let burst = (0..count).map(|seq| (Pkt { producer, seq }, &meta));
+    let outcome = q.enqueue_burst(0, burst, |result| match result {
+        Intake::Bypass(p) => wire.lock().unwrap().push(p),
+        Intake::Queued => {}
+        Intake::Dropped(reason, _) => {
+            assert_eq!(reason, DropReason::IntakeFull);
+            dropped += 1;
+        }
+    });
+    if outcome.run_needed {
+        let mut out = Vec::new();
+        q.run(0, 64, &mut out, |sent| wire.lock().unwrap().append(sent));
+    }
+    dropped
+}
+
 /// Every packet sent is on the wire once or was dropped, per-producer order holds, and
 /// nothing is left queued.
 fn check(q: &Queue, wire: &Wire, producers: u32, count: u32, dropped: u32) {
@@ -102,6 +122,11 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn run_producers(bypass: bool, capacity: usize, producers: u32, count: u32) {
+    run_mixed(bypass, capacity, producers, count, false);
+}
+
+/// Producer 0 uses `enqueue_burst` when `burst` is set; the others enqueue one by one.
+fn run_mixed(bypass: bool, capacity: usize, producers: u32, count: u32, burst: bool) {
     let q = queue(bypass, capacity);
     let wire: Wire = Arc::new(Mutex::new(Vec::new()));
     let handles: Vec<_> = (1..producers)
@@ -111,7 +136,11 @@ fn run_producers(bypass: bool, capacity: usize, producers: u32, count: u32) {
             thread::spawn(move || produce(&q, &wire, p, count))
         })
         .collect();
-    let mut dropped = produce(&q, &wire, 0, count);
+    let mut dropped = if burst {
+        produce_burst(&q, &wire, 0, count)
+    } else {
+        produce(&q, &wire, 0, count)
+    };
     for h in handles {
         dropped += h.join().unwrap();
     }
@@ -154,5 +183,25 @@ fn a_dedicated_runner_and_a_producer_never_strand_a_packet() {
         let dropped = produce(&q, &wire, 0, 2);
         runner.join().unwrap();
         check(&q, &wire, 1, 2, dropped);
+    });
+}
+
+#[test]
+fn a_burst_and_a_single_producer_lose_nothing_and_keep_order() {
+    model(|| run_mixed(true, 4, 2, 2, true));
+}
+
+#[test]
+fn two_burst_producers_never_strand_a_packet() {
+    model(|| {
+        let q = queue(true, 4);
+        let wire: Wire = Arc::new(Mutex::new(Vec::new()));
+        let other = {
+            let q = Arc::clone(&q);
+            let wire = Arc::clone(&wire);
+            thread::spawn(move || produce_burst(&q, &wire, 1, 2))
+        };
+        let dropped = produce_burst(&q, &wire, 0, 2) + other.join().unwrap();
+        check(&q, &wire, 2, 2, dropped);
     });
 }

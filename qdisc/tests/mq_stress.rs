@@ -13,7 +13,7 @@ use std::sync::{Barrier, Mutex};
 
 use qdisc::cake::{Cake, CakeConfig, DiffservMode};
 use qdisc::fifo::{Fifo, FifoConfig};
-use qdisc::mq::{Intake, MqQdisc, MultiQueue, NextRun, RunResult, TxQueueOptions};
+use qdisc::mq::{Intake, MqQdisc, MultiQueue, NextRun, RunResult, TxQueueOptions, TxQueueStats};
 use qdisc::{FlowKeys, L3Kind, Packet, PacketMeta, Rate};
 
 #[derive(Debug)]
@@ -63,10 +63,19 @@ struct Outcome {
 
 /// Runs `producers` threads of `per_producer` packets each against `mq`, then drains it, and
 /// checks conservation and per-flow order.
-fn stress<Q: MqQdisc<Pkt>>(mq: &MultiQueue<Pkt, Q>, producers: u32, per_producer: u32)
-where
-    Q: Send,
-{
+fn stress<Q: MqQdisc<Pkt>>(mq: &MultiQueue<Pkt, Q>, producers: u32, per_producer: u32) {
+    stress_with(mq, producers, per_producer, false);
+    stress_with(mq, producers, per_producer, true);
+}
+
+/// One stress run; with `burst`, producers offer bursts of 16 with `enqueue_burst`.
+fn stress_with<Q: MqQdisc<Pkt>>(
+    mq: &MultiQueue<Pkt, Q>,
+    producers: u32,
+    per_producer: u32,
+    burst: bool,
+) {
+    let base = mq.stats();
     let clock = AtomicU64::new(1);
     let start = Barrier::new(producers as usize);
     let wire: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
@@ -82,10 +91,13 @@ where
                         .map(|k| meta(p * FLOWS_PER_PRODUCER + k))
                         .collect();
                     let mut seqs = [0u32; FLOWS_PER_PRODUCER as usize];
+                    let mut pending: Vec<Vec<(Pkt, usize)>> =
+                        (0..mq.len()).map(|_| Vec::new()).collect();
                     for i in 0..per_producer {
                         let k = (i % FLOWS_PER_PRODUCER) as usize;
                         let flow = p * FLOWS_PER_PRODUCER + k as u32;
-                        let q = mq.queue(flow as usize % mq.len());
+                        let qi = flow as usize % mq.len();
+                        let q = mq.queue(qi);
                         let now = clock.fetch_add(100, Ordering::Relaxed);
                         let pkt = Pkt {
                             flow,
@@ -93,6 +105,24 @@ where
                             len: 64 + (i as usize % 1400),
                         };
                         seqs[k] += 1;
+                        if burst {
+                            pending[qi].push((pkt, k));
+                            if pending[qi].len() < 16 {
+                                continue;
+                            }
+                            let batch = pending[qi].drain(..).map(|(pkt, k)| (pkt, &metas[k]));
+                            let outcome = q.enqueue_burst(now, batch, |r| match r {
+                                Intake::Bypass(pkt) => {
+                                    wire.lock().unwrap().push((pkt.flow, pkt.seq));
+                                }
+                                Intake::Queued => {}
+                                Intake::Dropped(_, _) => intake_drops += 1,
+                            });
+                            if outcome.run_needed {
+                                q.run(now, 64, &mut out, |o| transmit(wire, o));
+                            }
+                            continue;
+                        }
                         match q.enqueue(now, pkt, &metas[k]) {
                             Intake::Bypass(pkt) => {
                                 wire.lock().unwrap().push((pkt.flow, pkt.seq));
@@ -103,6 +133,17 @@ where
                         if i % 16 == 15 {
                             q.run(now, 64, &mut out, |o| transmit(wire, o));
                         }
+                    }
+                    for (qi, batch) in pending.iter_mut().enumerate() {
+                        let now = clock.load(Ordering::Relaxed);
+                        let batch = batch.drain(..).map(|(pkt, k)| (pkt, &metas[k]));
+                        mq.queue(qi).enqueue_burst(now, batch, |r| match r {
+                            Intake::Bypass(pkt) => {
+                                wire.lock().unwrap().push((pkt.flow, pkt.seq));
+                            }
+                            Intake::Queued => {}
+                            Intake::Dropped(_, _) => intake_drops += 1,
+                        });
                     }
                     for q in mq.queues() {
                         let now = clock.load(Ordering::Relaxed);
@@ -140,7 +181,7 @@ where
 
     let produced: u64 = outcomes.iter().map(|o| o.produced).sum();
     let intake_drops: u64 = outcomes.iter().map(|o| o.intake_drops).sum();
-    let stats = mq.stats();
+    let stats = minus(mq.stats(), base);
     let wire = wire.into_inner().unwrap();
     println!("{producers} producers, {} queues: {stats:?}", mq.len());
     assert_eq!(stats.intake_full, intake_drops);
@@ -161,6 +202,20 @@ where
         }
         last[flow as usize] = Some(seq);
     }
+}
+
+/// Counters accumulated since `base` (the same queues run twice).
+fn minus(now: TxQueueStats, base: TxQueueStats) -> TxQueueStats {
+    let mut d = now;
+    d.enqueued -= base.enqueued;
+    d.bypassed -= base.bypassed;
+    d.intake_full -= base.intake_full;
+    for (x, b) in d.qdisc_drops.iter_mut().zip(base.qdisc_drops) {
+        *x -= b;
+    }
+    d.dequeue_drops -= base.dequeue_drops;
+    d.dequeued -= base.dequeued;
+    d
 }
 
 fn transmit(wire: &Mutex<Vec<(u32, u32)>>, out: &mut Vec<Pkt>) {

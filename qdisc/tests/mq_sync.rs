@@ -394,9 +394,14 @@ mod cake_sync {
         let mq: MultiQueue<Pkt, Cake<Pkt>> =
             MultiQueue::from_config(2, options, &config()).unwrap();
         let (q, sibling) = (mq.queue(0), mq.queue(1));
-        for (p, m) in packets() {
-            q.enqueue(0, p, &m);
-        }
+        // Straight into queue 0's CAKE, as the reference got them (a run drains the intake
+        // only `budget` packets at a time, which would interleave enqueues and dequeues).
+        q.try_with_qdisc(|cake| {
+            for (p, m) in packets() {
+                cake.enqueue(0, p, &m);
+            }
+        })
+        .unwrap();
         let mut got = Vec::new();
         let mut shares = std::collections::BTreeSet::new();
         let mut out = Vec::new();

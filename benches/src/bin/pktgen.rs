@@ -1,4 +1,5 @@
-//! pktgen-style enqueue throughput of one `TxQueue`, the seed-001 table for this machine:
+//! pktgen-style enqueue throughput of one `TxQueue` (fed with `enqueue_burst`, then `run` when
+//! it says so), the seed-001 table for this machine:
 //! 1 and 2 pinned threads feeding one queue with 64-byte frames, as a bare handoff loop, FIFO
 //! with and without the bypass, and CAKE (1024 flows, triple-isolate) with and without it.
 //!
@@ -50,6 +51,10 @@ struct Args {
     /// CAKE's rate in Mbit/s; 0 = unlimited (the shaper never holds a frame back).
     #[arg(long, default_value_t = 0)]
     cake_rate_mbit: u64,
+    /// Only these rows (0 bare, 1 FIFO+bypass, 2 FIFO, 3 CAKE+bypass, 4 CAKE); all when empty.
+    /// The bare loop always runs, as the reference.
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<usize>,
     /// Run about one second in total (for the test suite): short rows, one repetition.
     #[arg(long)]
     smoke: bool,
@@ -275,31 +280,34 @@ impl Bench {
             let t0 = Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 let now = t0.elapsed().as_nanos() as u64;
-                for _ in 0..self.burst {
+                let burst = (0..self.burst).map(|_| {
                     let f = Frame {
                         len: 64,
                         flow: flow as u32,
                     };
                     let meta = &self.metas[flow];
                     flow = if flow + 1 == mask { 0 } else { flow + 1 };
-                    c.generated += 1;
-                    match q.enqueue(now, f, meta) {
-                        Intake::Bypass(f) => {
-                            black_box(f);
-                            c.transmitted += 1;
-                        }
-                        Intake::Queued => {}
-                        Intake::Dropped(_, f) => {
-                            drop(f);
-                            c.dropped += 1;
-                        }
-                    }
-                }
-                q.run(now, self.burst * 2, out, |o| {
-                    c.transmitted += o.len() as u64;
-                    black_box(&o[..]);
-                    o.clear();
+                    (f, meta)
                 });
+                c.generated += self.burst as u64;
+                let outcome = q.enqueue_burst(now, burst, |result| match result {
+                    Intake::Bypass(f) => {
+                        black_box(f);
+                        c.transmitted += 1;
+                    }
+                    Intake::Queued => {}
+                    Intake::Dropped(_, f) => {
+                        drop(f);
+                        c.dropped += 1;
+                    }
+                });
+                if outcome.run_needed {
+                    q.run(now, self.burst * 2, out, |o| {
+                        c.transmitted += o.len() as u64;
+                        black_box(&o[..]);
+                        o.clear();
+                    });
+                }
                 c.last_now_ns = now;
             }
             c.window = t0.elapsed();
@@ -395,7 +403,10 @@ fn run() -> Result<()> {
     ]);
     for &threads in &args.threads {
         let mut bare = 0.0;
-        for setup in Setup::ALL {
+        for (index, setup) in Setup::ALL.into_iter().enumerate() {
+            if index > 0 && !args.rows.is_empty() && !args.rows.contains(&index) {
+                continue;
+            }
             let mut runs = Vec::with_capacity(args.reps);
             let mut drops = 0;
             for _ in 0..args.reps.max(1) {

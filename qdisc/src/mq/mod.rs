@@ -45,7 +45,9 @@ mod tx_queue;
 use std::sync::Arc;
 
 pub use shared_rate::{ActivitySnapshot, SharedRate, SyncConfig, SyncPolicy};
-pub use tx_queue::{Intake, NextRun, RunResult, TxQueue, TxQueueOptions, TxQueueStats};
+pub use tx_queue::{
+    BurstOutcome, Intake, NextRun, RunResult, TxQueue, TxQueueOptions, TxQueueStats,
+};
 
 use crate::{Packet, Qdisc, Rate};
 

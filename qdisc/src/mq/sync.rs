@@ -68,6 +68,24 @@ impl<T> RunnerLock<T> {
             .map(|_| self.guard())
     }
 
+    /// Takes the lock when nobody holds it, clearing MISSED (the new holder takes over the duty
+    /// to drain); returns `None` without touching the word when it is held.
+    pub(crate) fn try_lock(&self) -> Option<RunnerGuard<'_, T>> {
+        let mut seen = self.state.load(Ordering::Relaxed);
+        while seen & LOCKED == 0 {
+            match self.state.compare_exchange_weak(
+                seen,
+                LOCKED,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(self.guard()),
+                Err(now) => seen = now,
+            }
+        }
+        None
+    }
+
     /// Takes the lock (clearing MISSED: the new holder will drain) or, when another thread
     /// holds it, sets MISSED so that the holder drains again before it lets go.
     pub(crate) fn lock_or_flag_missed(&self) -> Option<RunnerGuard<'_, T>> {

@@ -29,6 +29,20 @@ pub enum Intake<P> {
     Dropped(DropReason, P),
 }
 
+/// What [`TxQueue::enqueue_burst`] did with a burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BurstOutcome {
+    /// Packets handed back as [`Intake::Bypass`].
+    pub bypassed: usize,
+    /// Packets queued (in the qdisc or the intake).
+    pub queued: usize,
+    /// Packets handed back as [`Intake::Dropped`].
+    pub dropped: usize,
+    /// False only when the whole burst bypassed and nothing else is pending: the caller may
+    /// then skip [`TxQueue::run`].
+    pub run_needed: bool,
+}
+
 /// When to call [`TxQueue::run`] again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextRun {
@@ -275,22 +289,43 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             if let Some(mut guard) = self.runner.try_lock_idle() {
                 return guard.with(|r| {
                     let now_ns = r.sync.clamp(now_ns);
-                    if self.intake.is_empty()
-                        && r.qdisc.is_empty()
-                        && r.qdisc.try_bypass(now_ns, &pkt, meta)
-                    {
+                    if !self.intake.is_empty() {
+                        // Another producer got there first: queue behind it, in order.
+                        return self.push_intake(pkt, meta);
+                    }
+                    if r.qdisc.is_empty() && r.qdisc.try_bypass(now_ns, &pkt, meta) {
                         r.counters.bypassed += 1;
                         r.counters.sent_bytes += pkt.len() as u64;
                         return Intake::Bypass(pkt);
                     }
-                    // Something got there first (or no credit): queue behind it, in order.
-                    self.drain_intake(r, now_ns);
+                    // No credit (or a backlog): straight into the qdisc, behind what it holds.
                     r.enqueue_one(now_ns, pkt, meta);
                     self.publish_backlog(r);
                     Intake::Queued
                 });
             }
         }
+        self.push_intake(pkt, meta)
+    }
+
+    fn burst_to_intake<'m, I, F>(&self, pkts: I, on_result: &mut F, outcome: &mut BurstOutcome)
+    where
+        I: IntoIterator<Item = (P, &'m PacketMeta)>,
+        F: FnMut(Intake<P>),
+    {
+        for (pkt, meta) in pkts {
+            match self.push_intake(pkt, meta) {
+                Intake::Dropped(reason, pkt) => {
+                    outcome.dropped += 1;
+                    on_result(Intake::Dropped(reason, pkt));
+                }
+                _ => outcome.queued += 1,
+            }
+        }
+        outcome.run_needed = true;
+    }
+
+    fn push_intake(&self, pkt: P, meta: &PacketMeta) -> Intake<P> {
         match self.intake.push((pkt, *meta)) {
             Ok(()) => Intake::Queued,
             Err((pkt, _)) => {
@@ -298,6 +333,71 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 Intake::Dropped(DropReason::IntakeFull, pkt)
             }
         }
+    }
+
+    /// Offers a burst, taking the runner lock once for all of it (two atomic operations per
+    /// burst instead of per packet). `on_result` gets every packet that does not stay queued:
+    /// [`Intake::Bypass`] ones must be transmitted before the next call into this queue
+    /// (collecting them into the burst's TX buffer and sending that right after this call is
+    /// fine), [`Intake::Dropped`] ones are the caller's to free or count.
+    ///
+    /// When the lock is free, the intake is drained into the qdisc first; packets then bypass
+    /// while the qdisc stays empty and the shaper has credit, and the first one that cannot
+    /// is enqueued, with everything after it (order is kept). When another thread holds the
+    /// lock, the burst goes to the intake.
+    pub fn enqueue_burst<'m, I, F>(&self, now_ns: u64, pkts: I, mut on_result: F) -> BurstOutcome
+    where
+        I: IntoIterator<Item = (P, &'m PacketMeta)>,
+        F: FnMut(Intake<P>),
+    {
+        let mut outcome = BurstOutcome::default();
+        let Some(mut guard) = self.runner.try_lock() else {
+            self.burst_to_intake(pkts, &mut on_result, &mut outcome);
+            return outcome;
+        };
+        if !self.intake.is_empty() {
+            // Other producers' packets wait in the intake: queue behind them, in order, and
+            // leave the (bounded) draining to the caller's run.
+            self.burst_to_intake(pkts, &mut on_result, &mut outcome);
+            if let Err(guard) = guard.try_unlock() {
+                guard.unlock_with_missed();
+            }
+            return outcome;
+        }
+        let pending = guard.with(|r| {
+            let now_ns = r.sync.clamp(now_ns);
+            let mut bypass = self.bypass && r.qdisc.is_empty();
+            for (pkt, meta) in pkts {
+                if bypass && r.qdisc.try_bypass(now_ns, &pkt, meta) {
+                    r.counters.bypassed += 1;
+                    r.counters.sent_bytes += pkt.len() as u64;
+                    outcome.bypassed += 1;
+                    on_result(Intake::Bypass(pkt));
+                    continue;
+                }
+                bypass = false;
+                r.enqueue_one(now_ns, pkt, meta);
+                outcome.queued += 1;
+            }
+            let interval = self.shared.sync_interval_ns();
+            if outcome.bypassed > 0 && now_ns.saturating_sub(r.sync.last_check_ns) >= interval {
+                // A queue that only ever bypasses must still sync and publish its activity.
+                self.sync_if_due(r, now_ns);
+                self.publish(r, now_ns);
+            } else {
+                self.publish_backlog(r);
+            }
+            !r.qdisc.is_empty() || self.pending_flag.load(Ordering::Relaxed)
+        });
+        outcome.run_needed = match guard.try_unlock() {
+            Ok(()) => pending,
+            Err(guard) => {
+                // A run lost the race to this burst: leave MISSED for our caller's run.
+                guard.unlock_with_missed();
+                true
+            }
+        };
+        outcome
     }
 
     /// Runs the queue if no other thread does: drains the intake, applies pending
@@ -312,21 +412,28 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             return RunResult::Busy;
         };
         let mut sent = 0;
+        let mut drained = 0;
         let mut rounds = 0;
         loop {
             let next = guard.with(|r| {
                 let now_ns = r.sync.clamp(now_ns);
                 self.apply_pending(r);
-                self.drain_intake(r, now_ns);
+                // Bounded like Linux's quota: at most `budget` packets move from the intake
+                // per run, so an overloaded queue drops cheaply at the intake instead of
+                // making the qdisc drop (which for CAKE means a fattest-flow search).
+                drained += self.drain_intake(r, now_ns, budget.saturating_sub(drained));
                 self.sync_if_due(r, now_ns);
                 let before = out.len();
-                let next = r.dequeue_into(now_ns, budget.saturating_sub(sent), out);
+                let mut next = r.dequeue_into(now_ns, budget.saturating_sub(sent), out);
                 let added = out.len() - before;
                 sent += added;
                 if added > 0 {
                     transmit(out);
                 }
                 self.publish(r, now_ns);
+                if next != NextRun::Now && !self.intake.is_empty() {
+                    next = NextRun::Now;
+                }
                 next
             });
             match guard.try_unlock() {
@@ -334,12 +441,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 Err(g) => {
                     guard = g;
                     rounds += 1;
-                    if rounds >= MAX_MISSED_ROUNDS || sent >= budget {
-                        guard.with(|r| {
-                            let now_ns = r.sync.now_ns;
-                            self.drain_intake(r, now_ns);
-                            self.publish_backlog(r);
-                        });
+                    if rounds >= MAX_MISSED_ROUNDS || sent >= budget || drained >= budget {
                         guard.unlock_with_missed();
                         return RunResult::Ran {
                             sent,
@@ -452,10 +554,17 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         }
     }
 
-    fn drain_intake(&self, r: &mut Runner<P, Q>, now_ns: u64) {
-        while let Some((pkt, meta)) = self.intake.pop() {
+    /// Moves up to `limit` packets from the intake into the qdisc; returns how many.
+    fn drain_intake(&self, r: &mut Runner<P, Q>, now_ns: u64, limit: usize) -> usize {
+        let mut moved = 0;
+        while moved < limit {
+            let Some((pkt, meta)) = self.intake.pop() else {
+                break;
+            };
             r.enqueue_one(now_ns, pkt, &meta);
+            moved += 1;
         }
+        moved
     }
 
     fn sync_if_due(&self, r: &mut Runner<P, Q>, now_ns: u64) {

@@ -101,13 +101,19 @@ pub struct AfPacketConfig {
     pub promiscuous: bool,
     /// Skip the interface's kernel qdisc on transmit (`PACKET_QDISC_BYPASS`).
     pub qdisc_bypass: bool,
-    /// Receive and send socket buffer size in bytes (forced past `rmem_max`/`wmem_max` when
-    /// the process has CAP_NET_ADMIN).
-    pub socket_buffer_bytes: usize,
+    /// Receive socket buffer in bytes (forced past `rmem_max` when the process has
+    /// CAP_NET_ADMIN). Frames wait here when the worker falls behind, unseen by the shaper, so
+    /// it is kept small: 1 MiB is about 450 full-size frames, 27 ms at 200 Mbit/s. Frames
+    /// beyond it are dropped by the kernel and counted in `rx_kernel_drops`.
+    pub rx_buffer_bytes: usize,
+    /// Send socket buffer in bytes (forced past `wmem_max` when allowed). It bounds the frames
+    /// in flight below the port, including those a kernel qdisc on the interface holds.
+    pub tx_buffer_bytes: usize,
 }
 
 impl AfPacketConfig {
-    /// One receive and one transmit queue on `iface`, promiscuous, 4 MiB socket buffers.
+    /// One receive and one transmit queue on `iface`, promiscuous, 1 MiB receive and 4 MiB
+    /// send buffers.
     pub fn new(iface: impl Into<String>) -> AfPacketConfig {
         AfPacketConfig {
             iface: iface.into(),
@@ -115,7 +121,8 @@ impl AfPacketConfig {
             tx_queues: 1,
             promiscuous: true,
             qdisc_bypass: false,
-            socket_buffer_bytes: 4 << 20,
+            rx_buffer_bytes: 1 << 20,
+            tx_buffer_bytes: 4 << 20,
         }
     }
 }
@@ -250,7 +257,7 @@ impl AfPacketPort {
         let mut rx = Vec::with_capacity(cfg.rx_queues);
         for _ in 0..cfg.rx_queues {
             let sock = open_socket(iface)?;
-            set_buffer(&sock, iface, true, cfg.socket_buffer_bytes)?;
+            set_buffer(&sock, iface, true, cfg.rx_buffer_bytes)?;
             sock.set_int(libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
                 .map_err(|e| syscall_err("setsockopt(PACKET_IGNORE_OUTGOING)", iface, e))?;
             sock.bind(ifindex, ETH_P_ALL)
@@ -285,7 +292,7 @@ impl AfPacketPort {
         let mut tx = Vec::with_capacity(cfg.tx_queues);
         for _ in 0..cfg.tx_queues {
             let sock = open_socket(iface)?;
-            set_buffer(&sock, iface, false, cfg.socket_buffer_bytes)?;
+            set_buffer(&sock, iface, false, cfg.tx_buffer_bytes)?;
             if cfg.qdisc_bypass {
                 sock.set_int(libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1)
                     .map_err(|e| syscall_err("setsockopt(PACKET_QDISC_BYPASS)", iface, e))?;

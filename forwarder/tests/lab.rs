@@ -1,0 +1,280 @@
+//! The network-namespace lab: the real `cakewalk` binary forwards at layer 2 between two veths
+//! over AF_PACKET inside `cw-r-<suffix>`, and real kernel TCP and UDP (iperf3) plus a ping
+//! probe run from `cw-a-<suffix>` to `cw-b-<suffix>` across it. The end hosts share one subnet
+//! from the benchmarking range (198.18.0.0/24), with offloads off, so no routing is involved.
+//!
+//! The topology and the measurement are the shell helpers in `scripts/lab/` (shared with the
+//! benches); this file runs them, parses their `key=value` output and checks ratios taken in
+//! the same run:
+//!
+//! - **CAKE at 200 Mbit/s**: 8 TCP upstreams reach 90-100 % of the shaped rate after header
+//!   overhead (1448 payload bytes per 1514-byte frame), and the probe's loaded median stays
+//!   within 5 ms of the idle median (goal G12);
+//! - **the bufferbloat reference**: the kernel shapes instead (HTB 200 Mbit/s with its default
+//!   pfifo leaf on the router's egress veths, the "plain shaper" an operator would set up) and
+//!   cakewalk forwards unshaped through its FIFO. Its loaded median must exceed CAKE's added
+//!   delay several times over;
+//! - both runs end with cakewalk's conservation check holding (received = transmitted +
+//!   dropped + queued).
+//!
+//! Root only and `#[ignore]`: run it with `scripts/test lab`. Without root or the tools it says
+//! SKIP and passes. A `Drop` guard removes the namespaces (and whatever runs in them) on
+//! success, failure and panic. Each iperf3 phase is bounded (10 s TCP, 5 s UDP), so the whole
+//! test takes about 45 s.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The shaped rate, in the lab's units and in bit/s.
+const RATE: &str = "200mbit";
+const RATE_BPS: f64 = 200e6;
+/// TCP goodput per frame: MSS 1448 (1500 - IPv4 20 - TCP 20 - timestamps 12) of 1514 bytes.
+const TCP_GOODPUT_SHARE: f64 = 1448.0 / 1514.0;
+/// UDP goodput per frame: 1400-byte payloads in 1442-byte frames.
+const UDP_GOODPUT_SHARE: f64 = 1400.0 / 1442.0;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("forwarder/ sits in the workspace root")
+        .to_path_buf()
+}
+
+/// Why this machine cannot run the lab, if it cannot.
+fn skip_reason() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let uid_root = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        == Some("0");
+    if !uid_root {
+        return Some("needs root for network namespaces; run `sudo scripts/test lab`".into());
+    }
+    for (tool, package) in [
+        ("ip", "iproute2"),
+        ("tc", "iproute2"),
+        ("ethtool", "ethtool"),
+        ("iperf3", "iperf3"),
+        ("ping", "iputils-ping"),
+        ("jq", "jq"),
+    ] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !found {
+            return Some(format!(
+                "'{tool}' is not installed; apt-get install {package}"
+            ));
+        }
+    }
+    None
+}
+
+/// A lab made by `scripts/lab/setup`, removed by `scripts/lab/teardown` on drop.
+struct Lab {
+    suffix: String,
+    /// Logs of every run; kept (and named) when the test fails.
+    out: Option<tempfile::TempDir>,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        let suffix = format!("t{}", std::process::id());
+        // A lab left by a killed earlier run with the same pid would make setup refuse.
+        teardown(&suffix);
+        let out = Command::new(repo_root().join("scripts/lab/setup"))
+            .arg(&suffix)
+            .output()
+            .expect("run scripts/lab/setup");
+        let lab = Lab {
+            suffix,
+            out: Some(tempfile::tempdir().expect("a temp dir for the lab's logs")),
+        };
+        assert!(
+            out.status.success(),
+            "scripts/lab/setup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lab
+    }
+
+    /// One `scripts/lab/run` measurement; `htb` puts a kernel HTB on the router's ports.
+    fn measure(&self, name: &str, htb: Option<&str>, cakewalk_args: &str) -> Run {
+        let dir = self
+            .out
+            .as_ref()
+            .expect("the log dir lives as long as the lab")
+            .path()
+            .join(name);
+        std::fs::create_dir_all(&dir).expect("create the run's log dir");
+        let stats = dir.join("stats.jsonl");
+        let args = format!(
+            "{cakewalk_args} --idle sleep --duration 0 --stats-json {}",
+            stats.display()
+        );
+        let mut cmd = Command::new(repo_root().join("scripts/lab/run"));
+        cmd.arg(&self.suffix)
+            .args(["--cakewalk", env!("CARGO_BIN_EXE_cakewalk")])
+            .args(["--args", &args, "--time", "10", "--streams", "8"])
+            .args(["--udp-rate", "300M", "--out"])
+            .arg(&dir);
+        if let Some(rate) = htb {
+            cmd.args(["--htb", rate]);
+        }
+        let out = cmd.output().expect("run scripts/lab/run");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let log = std::fs::read_to_string(dir.join("cakewalk.log")).unwrap_or_default();
+        assert!(
+            out.status.success(),
+            "{name}: scripts/lab/run failed:\n{text}\n{}\ncakewalk log:\n{log}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let values = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let last_stats = std::fs::read_to_string(&stats)
+            .unwrap_or_default()
+            .lines()
+            .last()
+            .map(str::to_string)
+            .unwrap_or_default();
+        Run {
+            name: name.to_string(),
+            values,
+            last_stats,
+            log,
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        teardown(&self.suffix);
+        if std::thread::panicking() {
+            if let Some(dir) = self.out.take() {
+                eprintln!("lab logs kept in {}", dir.keep().display());
+            }
+        }
+    }
+}
+
+fn teardown(suffix: &str) {
+    let _ = Command::new(repo_root().join("scripts/lab/teardown"))
+        .arg(suffix)
+        .output();
+}
+
+/// The figures of one run.
+struct Run {
+    name: String,
+    values: HashMap<String, String>,
+    last_stats: String,
+    log: String,
+}
+
+impl Run {
+    fn num(&self, key: &str) -> f64 {
+        let v = self.values.get(key).map(String::as_str).unwrap_or("");
+        v.parse().unwrap_or_else(|_| {
+            panic!(
+                "{}: '{key}' is '{v}', not a number; output: {:?}\ncakewalk log:\n{}",
+                self.name, self.values, self.log
+            )
+        })
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.values.contains_key(key)
+    }
+
+    /// Loaded median minus idle median, ms.
+    fn added_delay_ms(&self) -> f64 {
+        self.num("loaded_p50_ms") - self.num("idle_p50_ms")
+    }
+
+    fn assert_clean_exit_and_conservation(&self) {
+        assert!(!self.has("tcp_error"), "{}: iperf3 TCP failed", self.name);
+        assert!(!self.has("udp_error"), "{}: iperf3 UDP failed", self.name);
+        assert_eq!(
+            self.values.get("middle_exit").map(String::as_str),
+            Some("0"),
+            "{}: cakewalk did not exit cleanly; log:\n{}",
+            self.name,
+            self.log
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&self.last_stats).unwrap_or_else(|e| {
+                panic!(
+                    "{}: no final stats line ({e}); log:\n{}",
+                    self.name, self.log
+                )
+            });
+        assert_eq!(
+            report["conservation"]["ok"],
+            serde_json::Value::Bool(true),
+            "{}: conservation failed: {}",
+            self.name,
+            report["conservation"]
+        );
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{:<10} tcp {:>8.3} Mbit/s ({:.3} of ceiling)  udp {:>8.3} Mbit/s ({:.3})  ping idle p50 {:.3} ms, loaded p50 {:.3} / p99 {:.3} / max {:.3} ms",
+            self.name,
+            self.num("tcp_mbit"),
+            self.num("tcp_mbit") * 1e6 / (RATE_BPS * TCP_GOODPUT_SHARE),
+            self.num("udp_mbit"),
+            self.num("udp_mbit") * 1e6 / (RATE_BPS * UDP_GOODPUT_SHARE),
+            self.num("idle_p50_ms"),
+            self.num("loaded_p50_ms"),
+            self.num("loaded_p99_ms"),
+            self.num("loaded_max_ms"),
+        )
+    }
+}
+
+#[test]
+#[ignore = "needs root: creates network namespaces and veths; run scripts/test lab"]
+fn cake_holds_the_shaped_rate_with_low_latency_where_a_plain_fifo_bloats() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIP lab: {why}");
+        return;
+    }
+    let lab = Lab::new();
+    let cake = lab.measure("cake", None, &format!("--queue cake --rate {RATE}"));
+    let fifo = lab.measure("fifo+htb", Some(RATE), "--queue fifo --rate unlimited");
+    println!("lab at {RATE}, 8 TCP upstreams for 10 s, UDP 300M for 5 s:");
+    println!("  {}", cake.line());
+    println!("  {}", fifo.line());
+
+    cake.assert_clean_exit_and_conservation();
+    fifo.assert_clean_exit_and_conservation();
+
+    let tcp_ratio = cake.num("tcp_mbit") * 1e6 / (RATE_BPS * TCP_GOODPUT_SHARE);
+    assert!(
+        (0.90..=1.005).contains(&tcp_ratio),
+        "CAKE TCP goodput is {tcp_ratio:.4} of the shaped rate after headers; want 0.90..1.0"
+    );
+    let udp_ratio = cake.num("udp_mbit") * 1e6 / (RATE_BPS * UDP_GOODPUT_SHARE);
+    assert!(
+        (0.90..=1.005).contains(&udp_ratio),
+        "CAKE UDP goodput is {udp_ratio:.4} of the shaped rate after headers; want 0.90..1.0"
+    );
+
+    let (cake_added, fifo_added) = (cake.added_delay_ms(), fifo.added_delay_ms());
+    assert!(
+        cake_added <= 5.0,
+        "CAKE's loaded median is {cake_added:.3} ms above idle; goal G12 allows 5 ms"
+    );
+    assert!(
+        fifo_added >= 4.0 * cake_added.max(0.25),
+        "the FIFO reference should bloat: it added {fifo_added:.3} ms at the median, CAKE {cake_added:.3} ms"
+    );
+}

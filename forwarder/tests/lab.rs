@@ -278,3 +278,61 @@ fn cake_holds_the_shaped_rate_with_low_latency_where_a_plain_fifo_bloats() {
         "the FIFO reference should bloat: it added {fifo_added:.3} ms at the median, CAKE {cake_added:.3} ms"
     );
 }
+
+/// Runs the real binary on AF_PACKET ports `ifaces` for at most a second; returns its exit
+/// success and stderr.
+fn run_afpacket(prefix: &[&str], ifaces: &str) -> (bool, String) {
+    let bin = env!("CARGO_BIN_EXE_cakewalk");
+    let mut argv: Vec<&str> = prefix.to_vec();
+    argv.extend([
+        bin,
+        "run",
+        "--port-kind",
+        "afpacket",
+        "--iface",
+        ifaces,
+        "--duration",
+        "1s",
+    ]);
+    let out = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .expect("run cakewalk");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_missing_interface_is_named_with_the_fix() {
+    let (ok, stderr) = run_afpacket(&[], "cwnosuch9,cwnosuch8");
+    assert!(!ok);
+    assert!(
+        stderr.contains("interface 'cwnosuch9' not found; list with `ip link`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+#[ignore = "needs root to drop CAP_NET_RAW with setpriv; run scripts/test lab"]
+fn without_cap_net_raw_the_error_says_how_to_grant_it() {
+    if skip_reason().is_some() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIP: needs root and setpriv (util-linux)");
+        return;
+    }
+    // Root without CAP_NET_RAW in its bounding set: exec'd binaries lack it too.
+    let (ok, stderr) = run_afpacket(
+        &[
+            "setpriv",
+            "--bounding-set",
+            "-net_raw",
+            "--inh-caps",
+            "-net_raw",
+        ],
+        "lo,lo",
+    );
+    assert!(!ok);
+    assert!(stderr.contains("needs root or CAP_NET_RAW"), "{stderr}");
+    assert!(stderr.contains("setcap cap_net_raw"), "{stderr}");
+}

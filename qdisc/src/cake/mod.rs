@@ -109,16 +109,11 @@ struct Flow {
     tail: u32,
     backlog: u64,
     deficit: i32,
-    cv_count: u32,
-    cv_rec_inv_sqrt: u32,
-    cv_p_drop: u32,
-    cv_drop_next: u64,
-    cv_blue_timer: u64,
     srchost: u16,
     dsthost: u16,
     set: u8,
     list: u8,
-    cv_dropping: bool,
+    cv: CobaltVars,
 }
 
 impl Default for Flow {
@@ -128,41 +123,12 @@ impl Default for Flow {
             tail: NIL,
             backlog: 0,
             deficit: 0,
-            cv_count: 0,
-            cv_rec_inv_sqrt: 0,
-            cv_p_drop: 0,
-            cv_drop_next: 0,
-            cv_blue_timer: 0,
             srchost: 0,
             dsthost: 0,
             set: SET_NONE,
             list: NO_LIST,
-            cv_dropping: false,
+            cv: CobaltVars::default(),
         }
-    }
-}
-
-impl Flow {
-    #[inline]
-    fn cobalt(&self) -> CobaltVars {
-        CobaltVars {
-            count: self.cv_count,
-            rec_inv_sqrt: self.cv_rec_inv_sqrt,
-            p_drop: self.cv_p_drop,
-            dropping: self.cv_dropping,
-            drop_next: self.cv_drop_next,
-            blue_timer: self.cv_blue_timer,
-        }
-    }
-
-    #[inline]
-    fn set_cobalt(&mut self, v: CobaltVars) {
-        self.cv_count = v.count;
-        self.cv_rec_inv_sqrt = v.rec_inv_sqrt;
-        self.cv_p_drop = v.p_drop;
-        self.cv_dropping = v.dropping;
-        self.cv_drop_next = v.drop_next;
-        self.cv_blue_timer = v.blue_timer;
     }
 }
 
@@ -522,11 +488,9 @@ impl<P: Packet> Cake<P> {
                 next: NIL16,
                 prev: NIL16,
             };
-            let cv = self.flows[fid].cobalt();
-            self.flows[fid] = Flow {
-                cv_rec_inv_sqrt: cv.rec_inv_sqrt,
-                ..Flow::default()
-            };
+            let rec_inv_sqrt = self.flows[fid].cv.rec_inv_sqrt;
+            self.flows[fid] = Flow::default();
+            self.flows[fid].cv.rec_inv_sqrt = rec_inv_sqrt;
         }
         self.src_bulk[base..base + FLOWS_PER_TIN].fill(0);
         self.dst_bulk[base..base + FLOWS_PER_TIN].fill(0);
@@ -1037,11 +1001,9 @@ impl<P: Packet> Cake<P> {
             return None;
         };
         let t = fid / FLOWS_PER_TIN;
-        let mut cv = self.flows[fid].cobalt();
-        if cv.queue_full(&self.tins[t].cparams, now) {
+        if self.flows[fid].cv.queue_full(&self.tins[t].cparams, now) {
             self.stats.tins[t].unresponsive_flows += 1;
         }
-        self.flows[fid].set_cobalt(cv);
         let (len, adj) = {
             let slot = &self.slots[s as usize];
             (slot.len, slot.adj_len)
@@ -1353,7 +1315,7 @@ impl<P: Packet> Cake<P> {
             }
             let t = self.cur_tin;
             // Serve this tin.
-            loop {
+            'serve: loop {
                 budget = budget.saturating_sub(1);
                 if budget == 0 {
                     return Dequeue::Empty;
@@ -1399,6 +1361,17 @@ impl<P: Packet> Cake<P> {
                 loop {
                     let Some(s) = self.dequeue_one() else {
                         self.flow_went_empty(t, fid, now);
+                        // Linux goes back to `begin`. While this tin still has flows,
+                        // nothing `begin` looks at has changed (no time passed, nothing was
+                        // charged, this tin's deficit is still >= 0 and its counts > 0), so
+                        // it would pick this tin again: go straight to the flow choice.
+                        let st = &self.stats.tins[t];
+                        if self.qlen > 0
+                            && st.sparse_flows + st.bulk_flows > 0
+                            && self.tins[t].tin_deficit >= 0
+                        {
+                            continue 'serve;
+                        }
                         continue 'begin;
                     };
                     let (enq, adj, len) = {
@@ -1412,13 +1385,14 @@ impl<P: Packet> Cake<P> {
                         0
                     };
                     let rand = (self.next_rand() >> 32) as u32;
-                    let mut cv = self.flows[fid].cobalt();
-                    let params = self.tins[t].cparams;
+                    let params = &self.tins[t].cparams;
                     let slot = &mut self.slots[s as usize];
-                    let verdict = cv.should_drop(&params, now, sojourn, bulk, rand, || {
-                        slot.pkt.as_mut().is_some_and(|p| p.set_ce())
-                    });
-                    self.flows[fid].set_cobalt(cv);
+                    let verdict =
+                        self.flows[fid]
+                            .cv
+                            .should_drop(params, now, sojourn, bulk, rand, || {
+                                slot.pkt.as_mut().is_some_and(|p| p.set_ce())
+                            });
                     // Never drop the last packet of a flow.
                     if verdict != Verdict::Drop || self.flows[fid].head == NIL {
                         return self.deliver(t, fid, s, now, sojourn, verdict == Verdict::Marked);
@@ -1445,14 +1419,12 @@ impl<P: Packet> Cake<P> {
 
     /// A flow was found empty at dequeue: decay it or retire it.
     fn flow_went_empty(&mut self, t: usize, fid: usize, now: u64) {
-        let mut cv = self.flows[fid].cobalt();
-        if cv.queue_empty(&self.tins[t].cparams, now) {
+        if self.flows[fid].cv.queue_empty(&self.tins[t].cparams, now) {
             let st = &mut self.stats.tins[t];
             st.unresponsive_flows = st.unresponsive_flows.saturating_sub(1);
         }
-        self.flows[fid].set_cobalt(cv);
         let set = self.flows[fid].set;
-        if cv.is_decaying(now) {
+        if self.flows[fid].cv.is_decaying(now) {
             self.list_move_tail(fid, DECAY);
             if set == SET_BULK {
                 self.stats.tins[t].bulk_flows -= 1;

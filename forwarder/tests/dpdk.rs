@@ -360,6 +360,46 @@ fn engine_pcap_body() {
     assert_eq!(pool.in_use(), 0, "every mbuf went back to the pool");
 }
 
+/// DpdkPorts: EAL + pool per socket + two ports with two queue pairs, as `cakewalk run` opens them.
+fn port_set_body() {
+    use forwarder::port::dpdk::{DpdkPorts, DpdkPortsConfig};
+    let mut set = DpdkPorts::open(&DpdkPortsConfig {
+        eal_args: eal_args(&["net_null0".into(), "net_null1".into()]),
+        ports: vec!["net_null0".into(), "net_null1".into()],
+        rx_queues: 2,
+        tx_queues: 2,
+        mbufs: 8191,
+        ..DpdkPortsConfig::default()
+    })
+    .expect("port set opens");
+    assert_eq!(set.pools.len(), 1, "vdevs share the any-socket pool");
+    let (mut rx, mut tx) = set.take_queues();
+    assert_eq!((rx.len(), rx[0].len(), tx[1].len()), (2, 2, 2));
+    let mut burst: Vec<Mbuf> = Vec::with_capacity(32);
+    let mut moved = 0;
+    for q in 0..2 {
+        moved += rx[0][q].rx_burst(&mut burst, 32);
+        tx[1][q].tx_burst(&mut burst);
+        burst.clear();
+    }
+    assert!(moved > 0);
+    let status = set.status();
+    assert_eq!(status.len(), 2);
+    assert!(
+        status.iter().all(|s| s.link.is_some_and(|l| l.up)),
+        "{status:?}"
+    );
+    assert!(
+        status[1]
+            .xstats
+            .iter()
+            .any(|(n, v)| n == "tx_good_packets" && *v > 0),
+        "{status:?}"
+    );
+    drop((rx, tx, burst));
+    assert_eq!(set.mbufs_in_use(), 0);
+}
+
 fn errors_body() {
     // Unknown device name after a good init; queues beyond the device's maximum; pool
     // exhaustion; a second EAL init. None of them may crash.
@@ -448,6 +488,15 @@ fn null_vdevs_conserve_packets_over_two_queues() {
     scenario(
         "null_vdevs_conserve_packets_over_two_queues",
         null_pair_body,
+    );
+}
+
+#[test]
+#[ignore = "needs root and DPDK; run by scripts/test dpdk"]
+fn a_port_set_opens_two_ports_with_two_queues_each_and_reports_status() {
+    scenario(
+        "a_port_set_opens_two_ports_with_two_queues_each_and_reports_status",
+        port_set_body,
     );
 }
 

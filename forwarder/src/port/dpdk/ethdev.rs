@@ -444,6 +444,18 @@ unsafe impl Send for DevInner {}
 // SAFETY: as above; shared access only reads plain fields.
 unsafe impl Sync for DevInner {}
 
+impl std::fmt::Debug for RxQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RxQueue{:?}", self.id())
+    }
+}
+
+impl std::fmt::Debug for TxQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TxQueue{:?}", self.id())
+    }
+}
+
 impl RxQueue {
     /// The (port, queue) this half polls.
     pub fn id(&self) -> (u16, u16) {

@@ -23,11 +23,11 @@ use serde::de::DeserializeOwned;
 use crate::config::{Config, QueueKind};
 use crate::control::{self, ControlState, LiveTarget};
 use crate::engine::shaper::{CakeQueue, TinReport};
-use crate::engine::{self, EngineConfig, EnginePorts, Shaper, TinSnapshot};
+use crate::engine::{self, EngineConfig, EnginePorts, Shaper, TinSnapshot, WorkerHook};
 use crate::port::pcap::{PcapCounters, PcapFrames, PcapRx, PcapSink, PcapTx};
 use crate::port::pool::{Pool, PoolBuf};
 use crate::port::synth::{SynthPlan, SynthRx, SynthStats, SynthTx};
-use crate::port::{PortKind, PortRx, PortSpec, PortTx, PortsConfig};
+use crate::port::{PortBuf, PortKind, PortRx, PortSpec, PortTx, PortsConfig};
 use crate::stats::{prometheus, QueueView, Report, Reporter, Sources, StatsConfig};
 
 /// Reads a typed section out of a raw TOML table (unknown keys are errors).
@@ -38,19 +38,22 @@ fn section<T: DeserializeOwned>(name: &str, table: &toml::Table) -> anyhow::Resu
 }
 
 /// One egress port's queues, usable as live targets and as per-queue shapers.
-struct PortQueues<Q: MqQdisc<PoolBuf>> {
-    mq: Arc<MultiQueue<PoolBuf, Q>>,
+struct PortQueues<P: PortBuf, Q: MqQdisc<P>> {
+    mq: Arc<MultiQueue<P, Q>>,
 }
 
 /// Queue `i` of a [`MultiQueue`] as an engine [`Shaper`].
-struct MqSlot<Q: MqQdisc<PoolBuf>> {
-    mq: Arc<MultiQueue<PoolBuf, Q>>,
+struct MqSlot<P: PortBuf, Q: MqQdisc<P>> {
+    mq: Arc<MultiQueue<P, Q>>,
     i: usize,
 }
 
-impl<Q: MqQdisc<PoolBuf> + TinReport + Sync> Shaper<PoolBuf> for MqSlot<Q> {
+impl<P: PortBuf, Q: MqQdisc<P> + TinReport> Shaper<P> for MqSlot<P, Q>
+where
+    MultiQueue<P, Q>: Send + Sync,
+{
     #[inline]
-    fn offer(&self, now_ns: u64, pkt: PoolBuf, meta: &PacketMeta) -> qdisc::mq::Intake<PoolBuf> {
+    fn offer(&self, now_ns: u64, pkt: P, meta: &PacketMeta) -> qdisc::mq::Intake<P> {
         self.mq.queue(self.i).enqueue(now_ns, pkt, meta)
     }
     #[inline]
@@ -58,8 +61,8 @@ impl<Q: MqQdisc<PoolBuf> + TinReport + Sync> Shaper<PoolBuf> for MqSlot<Q> {
         &self,
         now_ns: u64,
         budget: usize,
-        out: &mut Vec<PoolBuf>,
-        transmit: &mut dyn FnMut(&mut Vec<PoolBuf>),
+        out: &mut Vec<P>,
+        transmit: &mut dyn FnMut(&mut Vec<P>),
     ) -> qdisc::mq::RunResult {
         self.mq.queue(self.i).run(now_ns, budget, out, transmit)
     }
@@ -83,7 +86,7 @@ impl<Q: MqQdisc<PoolBuf> + TinReport + Sync> Shaper<PoolBuf> for MqSlot<Q> {
     }
 }
 
-impl LiveTarget for PortQueues<CakeQueue<PoolBuf>> {
+impl<P: PortBuf> LiveTarget for PortQueues<P, CakeQueue<P>> {
     fn set_rate(&self, rate: Rate) {
         self.mq.set_rate(rate);
     }
@@ -95,7 +98,7 @@ impl LiveTarget for PortQueues<CakeQueue<PoolBuf>> {
     }
 }
 
-impl LiveTarget for PortQueues<Fifo<PoolBuf>> {
+impl<P: PortBuf> LiveTarget for PortQueues<P, Fifo<P>> {
     fn set_rate(&self, rate: Rate) {
         self.mq.set_rate(rate);
     }
@@ -108,9 +111,9 @@ impl LiveTarget for PortQueues<Fifo<PoolBuf>> {
     }
 }
 
-struct ShaperView(Arc<dyn Shaper<PoolBuf>>);
+struct ShaperView<P>(Arc<dyn Shaper<P>>);
 
-impl QueueView for ShaperView {
+impl<P: PortBuf> QueueView for ShaperView<P> {
     fn stats(&self) -> qdisc::mq::TxQueueStats {
         self.0.stats()
     }
@@ -136,23 +139,26 @@ pub enum QueueChoice {
     None,
 }
 
-type Built = (Vec<Arc<dyn Shaper<PoolBuf>>>, Vec<Arc<dyn LiveTarget>>);
+/// Per-egress shapers and per-port live targets.
+pub type Built<P> = (Vec<Arc<dyn Shaper<P>>>, Vec<Arc<dyn LiveTarget>>);
 
 /// Builds `queues` TX queues for each of `ports` egress ports.
-pub fn build_queues(
+///
+/// # Errors
+/// When CAKE refuses the configuration.
+pub fn build_queues<P: PortBuf>(
     choice: &QueueChoice,
     ports: usize,
     queues: usize,
     options: TxQueueOptions,
-) -> anyhow::Result<Built> {
-    let mut shapers: Vec<Arc<dyn Shaper<PoolBuf>>> = Vec::new();
+) -> anyhow::Result<Built<P>> {
+    let mut shapers: Vec<Arc<dyn Shaper<P>>> = Vec::new();
     let mut targets: Vec<Arc<dyn LiveTarget>> = Vec::new();
     for _ in 0..ports {
         match choice {
             QueueChoice::Cake(cfg) => {
-                let mq: MultiQueue<PoolBuf, CakeQueue<PoolBuf>> =
-                    MultiQueue::from_config(queues, options, cfg)
-                        .context("building the CAKE queues")?;
+                let mq: MultiQueue<P, CakeQueue<P>> = MultiQueue::from_config(queues, options, cfg)
+                    .context("building the CAKE queues")?;
                 let mq = Arc::new(mq);
                 for i in 0..queues {
                     shapers.push(Arc::new(MqSlot { mq: mq.clone(), i }));
@@ -160,7 +166,7 @@ pub fn build_queues(
                 targets.push(Arc::new(PortQueues { mq }));
             }
             QueueChoice::Fifo => {
-                let mq: MultiQueue<PoolBuf, Fifo<PoolBuf>> = MultiQueue::from_config(
+                let mq: MultiQueue<P, Fifo<P>> = MultiQueue::from_config(
                     queues,
                     options,
                     &FifoConfig {
@@ -298,21 +304,107 @@ fn queue_options(config: &Config) -> TxQueueOptions {
 /// A port, queue or socket that cannot be set up, or a conservation mismatch at exit.
 pub fn run(config: Config) -> anyhow::Result<()> {
     let ecfg: EngineConfig = config.engine.clone();
+    ecfg.timing()?;
+    let dpdk = [config.ports.a.kind, config.ports.b.kind].map(|k| k == PortKind::Dpdk);
+    if dpdk[0] || dpdk[1] {
+        if !(dpdk[0] && dpdk[1]) {
+            bail!("ports.a and ports.b must both be dpdk or both be software ports (synth, pcap, afpacket): DPDK mbufs and pool buffers do not mix");
+        }
+        return run_dpdk(&config);
+    }
+    let soft = build_soft_ports(&config.ports, ecfg.tx_queues)?;
+    supervise(&config, soft.ports, soft.synth, None)
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn run_dpdk(_config: &Config) -> anyhow::Result<()> {
+    bail!("kind = \"dpdk\" needs a build with DPDK: cargo build --release -p forwarder --features dpdk")
+}
+
+#[cfg(feature = "dpdk")]
+fn run_dpdk(config: &Config) -> anyhow::Result<()> {
+    use crate::port::dpdk::{Eal, EthDev, EthDevConfig, Mempool};
+    let ecfg = &config.engine;
+    let eal =
+        Eal::init(&config.ports.eal_args).context("starting the DPDK EAL (ports.eal_args)")?;
+    let pool = Mempool::new(
+        &eal,
+        "cakewalk",
+        config.ports.pool_buffers.max(8191) as u32,
+        -1,
+    )
+    .context("creating the DPDK mempool")?;
+    let mut devs = Vec::new();
+    let mut rx: Vec<Vec<Box<dyn PortRx<Buf = crate::port::dpdk::Mbuf>>>> = Vec::new();
+    let mut tx: Vec<Vec<Box<dyn PortTx<Buf = crate::port::dpdk::Mbuf>>>> = Vec::new();
+    for (p, spec) in [&config.ports.a, &config.ports.b].into_iter().enumerate() {
+        let dcfg = EthDevConfig {
+            rx_queues: spec.rx_queues.max(1) as u16,
+            tx_queues: ecfg.tx_queues as u16,
+            ..EthDevConfig::default()
+        };
+        let mut dev = EthDev::open(&eal, &spec.iface, &dcfg, &pool).with_context(|| {
+            format!(
+                "port {}: opening DPDK device '{}'",
+                config.ports.port_name(p),
+                spec.iface
+            )
+        })?;
+        let (r, t) = dev
+            .split()
+            .context("splitting the DPDK device into queues")?;
+        rx.push(
+            r.into_iter()
+                .map(|q| Box::new(q) as Box<dyn PortRx<Buf = _>>)
+                .collect(),
+        );
+        tx.push(
+            t.into_iter()
+                .map(|q| Box::new(q) as Box<dyn PortTx<Buf = _>>)
+                .collect(),
+        );
+        devs.push(dev);
+    }
+    let forward = vec![Some(1), config.ports.bidirectional.then_some(0)];
+    let hook_eal = eal.clone();
+    let hook: WorkerHook = Arc::new(move |_w| match hook_eal.register_thread() {
+        Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
+        Err(e) => {
+            eprintln!("warning: worker not registered as a DPDK lcore: {e}");
+            Box::new(())
+        }
+    });
+    let r = supervise(
+        config,
+        EnginePorts { rx, tx, forward },
+        Vec::new(),
+        Some(hook),
+    );
+    drop(devs);
+    drop(pool);
+    drop(eal);
+    r
+}
+
+/// Runs the engine over `ports` and supervises it until it stops; prints the final report.
+fn supervise<P: PortBuf>(
+    config: &Config,
+    ports: EnginePorts<P>,
+    synth: Vec<(usize, Arc<SynthStats>)>,
+    hook: Option<WorkerHook>,
+) -> anyhow::Result<()> {
+    let ecfg: EngineConfig = config.engine.clone();
     let scfg: StatsConfig = section("stats", &config.stats)?;
     let timing = ecfg.timing()?;
     let interval_ns = crate::port::synth::parse_duration_ns(&scfg.interval)
         .context("stats.interval")?
         .unwrap_or(1_000_000_000)
         .max(10_000_000);
-    if config.ports.a.kind == PortKind::Dpdk || config.ports.b.kind == PortKind::Dpdk {
-        bail!("dpdk ports are not wired into `cakewalk run` yet; use synth, pcap or afpacket");
-    }
-    let soft = build_soft_ports(&config.ports, ecfg.tx_queues)?;
     let choice = match config.shaper.queue {
         QueueKind::Cake => QueueChoice::Cake(config.to_cake_config()),
         QueueKind::Fifo => QueueChoice::Fifo,
     };
-    let (shapers, targets) = build_queues(&choice, 2, ecfg.tx_queues, queue_options(&config))?;
+    let (shapers, targets) = build_queues::<P>(&choice, 2, ecfg.tx_queues, queue_options(config))?;
     let port_names = vec![config.ports.port_name(0), config.ports.port_name(1)];
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -362,17 +454,18 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     };
     let views: Vec<Arc<dyn QueueView>> = shapers
         .iter()
-        .map(|s| Arc::new(ShaperView(s.clone())) as Arc<dyn QueueView>)
+        .map(|s| Arc::new(ShaperView::<P>(s.clone())) as Arc<dyn QueueView>)
         .collect();
     let all_shapers = shapers.clone();
     let started = Instant::now();
-    let running = engine::start(&ecfg, soft.ports, shapers).context("starting the engine")?;
+    let running =
+        engine::start_with_hook(&ecfg, ports, shapers, hook).context("starting the engine")?;
     let handoff_src = running.handoff_counts();
     let mut reporter = Reporter::new(Sources {
         port_names,
         engine: running.shared().clone(),
         queues: views,
-        synth: soft.synth.clone(),
+        synth: synth.clone(),
         handoff: Box::new(handoff_src),
     });
 
@@ -428,7 +521,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         if elapsed_ns >= next_report {
             next_report += interval_ns;
             let r = reporter.report(elapsed_ns as f64 / 1e9);
-            publish(&r, scfg.live, &soft.synth);
+            publish(&r, scfg.live, &synth);
         }
     }
     let panicked = running.join();
@@ -436,11 +529,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let now = engine::clock::now_ns();
     for s in &all_shapers {
         let mut out = Vec::new();
-        let _ = s.run(now, 0, &mut out, &mut |_o: &mut Vec<PoolBuf>| {});
+        let _ = s.run(now, 0, &mut out, &mut |_o: &mut Vec<P>| {});
         drop(out);
     }
     let r = reporter.final_report(started.elapsed().as_secs_f64());
-    publish(&r, false, &soft.synth);
+    publish(&r, false, &synth);
     aux_stop.store(true, Ordering::Relaxed);
     for h in aux {
         let _ = h.join();

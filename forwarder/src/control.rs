@@ -348,6 +348,23 @@ mod tests {
     }
 
     #[test]
+    fn apply_reload_changes_cake_live_and_lists_what_needs_a_restart() {
+        assert!(
+            apply_reload(&Config::default()).is_empty(),
+            "nothing running"
+        );
+        let probe = Arc::new(Probe::default());
+        install(Some(state(probe.clone())));
+        let mut new = Config::default();
+        new.shaper.cake.rate = Rate::from_bits_per_sec(80_000_000);
+        new.engine.workers = 2;
+        let restart = apply_reload(&new);
+        install(None);
+        assert_eq!(probe.rate.load(Ordering::Relaxed), 10_000_000);
+        assert_eq!(restart, vec!["engine".to_string()]);
+    }
+
+    #[test]
     fn the_client_talks_to_the_server_over_a_unix_socket() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ctl.sock");

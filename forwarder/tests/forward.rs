@@ -90,15 +90,15 @@ fn shaped_synth_run_delivers_about_the_configured_rate() {
     let json = dir.path().join("stats.json");
     let (stdout, _) = run_ok(&[
         "--rate",
-        "40mbit",
+        "20mbit",
         "--duration",
-        "3s",
+        "4s",
         "--stats-json",
         &s(&json),
         "--control",
         &s(&ctl_path(dir.path())),
         "--set",
-        "ports.synth.rate=\"120mbit\"",
+        "ports.synth.rate=\"60mbit\"",
     ]);
     assert!(stdout.contains(": ok"), "{stdout}");
     let lines = json_lines(&json);
@@ -106,7 +106,7 @@ fn shaped_synth_run_delivers_about_the_configured_rate() {
     // rate: on a busy machine a starved generator may not, and then there is nothing to shape.
     let rates: Vec<f64> = lines[1..lines.len() - 1]
         .iter()
-        .filter(|l| l["ports"][0]["rx_bps"].as_f64().unwrap() > 60e6)
+        .filter(|l| l["ports"][0]["rx_bps"].as_f64().unwrap() > 30e6)
         .map(|l| l["ports"][1]["tx_bps"].as_f64().unwrap())
         .collect();
     assert!(
@@ -114,7 +114,7 @@ fn shaped_synth_run_delivers_about_the_configured_rate() {
         "the generator never offered 1.5x the rate: {lines:?}"
     );
     let mean = rates.iter().sum::<f64>() / rates.len() as f64;
-    let ratio = mean / 40e6;
+    let ratio = mean / 20e6;
     assert!(
         (0.8..1.15).contains(&ratio),
         "delivered/configured = {ratio} ({rates:?})"

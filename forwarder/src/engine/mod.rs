@@ -295,14 +295,35 @@ struct Worker<P> {
     burst: usize,
     idle: IdleMode,
     core: Option<core_affinity::CoreId>,
+    hook: Option<WorkerHook>,
 }
+
+/// A hook run at the start of each worker thread (with the worker's index); what it returns
+/// lives as long as the worker (a DPDK lcore registration, for instance).
+pub type WorkerHook = Arc<dyn Fn(usize) -> Box<dyn std::any::Any> + Send + Sync>;
 
 /// Starts one worker per configured core over `ports`, with `shapers[e]` the shaper of
 /// egress `e` = port × `cfg.tx_queues` + queue.
+///
+/// # Errors
+/// Bad settings, ports that do not match `cfg.tx_queues`, or a thread that cannot start.
 pub fn start<P: PortBuf>(
     cfg: &EngineConfig,
     ports: EnginePorts<P>,
     shapers: Vec<Arc<dyn Shaper<P>>>,
+) -> Result<Running<P>, EngineError> {
+    start_with_hook(cfg, ports, shapers, None)
+}
+
+/// [`start`] with a hook each worker runs first.
+///
+/// # Errors
+/// As [`start`].
+pub fn start_with_hook<P: PortBuf>(
+    cfg: &EngineConfig,
+    ports: EnginePorts<P>,
+    shapers: Vec<Arc<dyn Shaper<P>>>,
+    hook: Option<WorkerHook>,
 ) -> Result<Running<P>, EngineError> {
     let timing = cfg.timing()?;
     let layout = Layout {
@@ -353,6 +374,7 @@ pub fn start<P: PortBuf>(
             burst: cfg.burst,
             idle: cfg.idle,
             core: cores.as_ref().map(|c| c[id % c.len()]),
+            hook: hook.clone(),
         })
         .collect();
     // Receive queues round-robin over workers; TX queue e belongs to worker e % workers.
@@ -440,6 +462,7 @@ impl<P: PortBuf> Worker<P> {
         if let Some(core) = self.core {
             core_affinity::set_for_current(core);
         }
+        let _hook_guard = self.hook.as_ref().map(|h| h(self.id));
         let bs = self.burst;
         let nq = self.layout.queues;
         let lp = self.layout;

@@ -140,6 +140,8 @@ pub struct PortsConfig {
     pub buffer_size: usize,
     /// The generator used by synth ports (`[ports.synth]`).
     pub synth: synth::SynthConfig,
+    /// DPDK EAL arguments for dpdk ports (`["-l", "0-1", "--vdev=net_null0"]`).
+    pub eal_args: Vec<String>,
 }
 
 impl Default for PortsConfig {
@@ -158,6 +160,7 @@ impl Default for PortsConfig {
             pool_buffers: 16384,
             buffer_size: pool::DEFAULT_BUF_SIZE,
             synth: synth::SynthConfig::default(),
+            eal_args: Vec::new(),
         }
     }
 }

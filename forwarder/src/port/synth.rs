@@ -672,7 +672,8 @@ impl PortRx for SynthRx {
         let mut credit = u64::MAX;
         if self.rate_bytes_per_s != 0 {
             let earned = u128::from(elapsed) * u128::from(self.rate_bytes_per_s) / 1_000_000_000;
-            let depth = (max as u128 * 1518).max(u128::from(self.rate_bytes_per_s) / 10_000);
+            // Up to 10 ms of credit (at least a burst of big frames) survives a stall.
+            let depth = (max as u128 * 1518).max(u128::from(self.rate_bytes_per_s) / 100);
             if earned > self.spent_bytes + depth {
                 self.spent_bytes = earned - depth;
             }

@@ -687,6 +687,21 @@ mod tests {
         );
         run("ip", &["link", "set", "va", "up"]);
         run("ip", &["link", "set", "vb", "up"]);
+        // Until the kernel's link watcher has seen the carrier and attached the default qdisc,
+        // a veth silently discards what is sent on it; `state UP` appears in the same step.
+        for dev in ["va", "vb"] {
+            let up = (0..MAX_POLLS).any(|_| {
+                let out = Command::new("ip")
+                    .args(["-o", "link", "show", dev])
+                    .output();
+                let ok = out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("state UP"));
+                if !ok {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                ok
+            });
+            assert!(up, "{dev} did not come up");
+        }
         true
     }
 

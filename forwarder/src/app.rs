@@ -323,50 +323,36 @@ fn run_dpdk(_config: &Config) -> anyhow::Result<()> {
 
 #[cfg(feature = "dpdk")]
 fn run_dpdk(config: &Config) -> anyhow::Result<()> {
-    use crate::port::dpdk::{Eal, EthDev, EthDevConfig, Mempool};
+    use crate::port::dpdk::{DpdkPorts, DpdkPortsConfig, Mbuf};
     let ecfg = &config.engine;
-    let eal =
-        Eal::init(&config.ports.eal_args).context("starting the DPDK EAL (ports.eal_args)")?;
-    let pool = Mempool::new(
-        &eal,
-        "cakewalk",
-        config.ports.pool_buffers.max(8191) as u32,
-        -1,
-    )
-    .context("creating the DPDK mempool")?;
-    let mut devs = Vec::new();
-    let mut rx: Vec<Vec<Box<dyn PortRx<Buf = crate::port::dpdk::Mbuf>>>> = Vec::new();
-    let mut tx: Vec<Vec<Box<dyn PortTx<Buf = crate::port::dpdk::Mbuf>>>> = Vec::new();
-    for (p, spec) in [&config.ports.a, &config.ports.b].into_iter().enumerate() {
-        let dcfg = EthDevConfig {
-            rx_queues: spec.rx_queues.max(1) as u16,
-            tx_queues: ecfg.tx_queues as u16,
-            ..EthDevConfig::default()
-        };
-        let mut dev = EthDev::open(&eal, &spec.iface, &dcfg, &pool).with_context(|| {
-            format!(
-                "port {}: opening DPDK device '{}'",
-                config.ports.port_name(p),
-                spec.iface
-            )
-        })?;
-        let (r, t) = dev
-            .split()
-            .context("splitting the DPDK device into queues")?;
-        rx.push(
-            r.into_iter()
-                .map(|q| Box::new(q) as Box<dyn PortRx<Buf = _>>)
-                .collect(),
-        );
-        tx.push(
-            t.into_iter()
-                .map(|q| Box::new(q) as Box<dyn PortTx<Buf = _>>)
-                .collect(),
-        );
-        devs.push(dev);
-    }
-    let forward = vec![Some(1), config.ports.bidirectional.then_some(0)];
-    let hook_eal = eal.clone();
+    let ports = &config.ports;
+    let dcfg = DpdkPortsConfig {
+        eal_args: ports.eal_args.clone(),
+        ports: vec![ports.a.iface.clone(), ports.b.iface.clone()],
+        rx_queues: ports.a.rx_queues.max(ports.b.rx_queues).max(1) as u16,
+        tx_queues: ecfg.tx_queues as u16,
+        ..DpdkPortsConfig::default()
+    };
+    let mut set = DpdkPorts::open(&dcfg).context("opening the DPDK ports")?;
+    let (r, t) = set.take_queues();
+    let rx: Vec<Vec<Box<dyn PortRx<Buf = Mbuf>>>> = r
+        .into_iter()
+        .map(|qs| {
+            qs.into_iter()
+                .map(|q| Box::new(q) as Box<dyn PortRx<Buf = Mbuf>>)
+                .collect()
+        })
+        .collect();
+    let tx: Vec<Vec<Box<dyn PortTx<Buf = Mbuf>>>> = t
+        .into_iter()
+        .map(|qs| {
+            qs.into_iter()
+                .map(|q| Box::new(q) as Box<dyn PortTx<Buf = Mbuf>>)
+                .collect()
+        })
+        .collect();
+    let forward = vec![Some(1), ports.bidirectional.then_some(0)];
+    let hook_eal = set.eal.clone();
     let hook: WorkerHook = Arc::new(move |_w| match hook_eal.register_thread() {
         Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
         Err(e) => {
@@ -374,16 +360,15 @@ fn run_dpdk(config: &Config) -> anyhow::Result<()> {
             Box::new(())
         }
     });
-    let r = supervise(
+    // The queue halves are dropped inside `supervise` (with the engine), before `set`.
+    let result = supervise(
         config,
         EnginePorts { rx, tx, forward },
         Vec::new(),
         Some(hook),
     );
-    drop(devs);
-    drop(pool);
-    drop(eal);
-    r
+    drop(set);
+    result
 }
 
 /// Runs the engine over `ports` and supervises it until it stops; prints the final report.

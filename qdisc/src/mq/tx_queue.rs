@@ -386,6 +386,12 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 self.publish(r, now_ns);
             } else {
                 self.publish_backlog(r);
+                if outcome.bypassed > 0 {
+                    // The caller may skip its run: keep the counters it would publish current.
+                    let p = &self.published;
+                    p.bypassed.store(r.counters.bypassed, Ordering::Relaxed);
+                    p.sent_bytes.store(r.counters.sent_bytes, Ordering::Relaxed);
+                }
             }
             !r.qdisc.is_empty() || self.pending_flag.load(Ordering::Relaxed)
         });

@@ -38,6 +38,19 @@
 //! * **Reconfigure to fewer tins** purges the dropped tins; purged packets are counted as
 //!   `Overflow` drops and in [`CakeStats::purged_packets`].
 //! * **Memory limit 0** (`memlimit: Some(0)`) means "auto", as the kernel's 0 does.
+//! * **Peak memory** (`memory_used`) is sampled before the overflow drops, as in Linux,
+//!   so it can exceed the limit by one packet.
+//!
+//! # Beyond Linux (each is tested)
+//! * The shaper clocks keep sub-nanosecond remainders ([`shaper::Clock`]): Linux truncates
+//!   every packet's duration and runs fast by up to 7 % at 40 Gbit/s with small frames.
+//! * An empty decaying flow whose COBALT state cannot change before its `drop_next` is not
+//!   visited (Linux visits the decaying head on every dequeue only to rotate it to the
+//!   tail); the list stays in expiry order and the flow is retired when it expires.
+//! * Full rounds of the unlimited-mode tin DRR that cannot end it are applied in closed
+//!   form (same deficits as running them).
+//! * Leaving unlimited mode through `set_rate` starts the shaper clocks at the last `now`
+//!   seen, so no burst is released for the time spent unlimited.
 
 mod ack_filter;
 pub mod cobalt;
@@ -1288,6 +1301,7 @@ impl<P: Packet> Cake<P> {
                             if empty {
                                 return Dequeue::Empty;
                             }
+                            self.skip_drr_rounds();
                         } else {
                             wrapped = true;
                         }
@@ -1333,8 +1347,15 @@ impl<P: Packet> Cake<P> {
                     continue 'begin;
                 };
                 let fid = usize::from(lists[usize::from(which)].head);
-                self.cur_flow = fid % FLOWS_PER_TIN;
                 first_flow = false;
+                if which == DECAY && self.decay_visit_is_idle(fid, now) {
+                    // Beyond Linux: the decaying head is empty, has credit and its COBALT
+                    // state cannot change before `drop_next`, so visiting it would only
+                    // rotate it to the tail. Leaving it at the head keeps the list in
+                    // expiry order and saves a flow visit per dequeue.
+                    continue;
+                }
+                self.cur_flow = fid % FLOWS_PER_TIN;
 
                 if self.flows[fid].deficit <= 0 {
                     // Keep flows with deficits out of the sparse rotation.
@@ -1415,6 +1436,54 @@ impl<P: Packet> Cake<P> {
                 }
             }
         }
+    }
+
+    /// Fast-forwards the unlimited-mode tin DRR over full rounds that cannot end it. Called
+    /// at the start of a round (cursor at tin 0): each round visits every tin once, adding
+    /// its quantum when its deficit is <= 0, and the loop ends at the first active tin whose
+    /// deficit is >= 0. With 1000-byte packets and bulk's quantum of 64 that takes ~15
+    /// rounds; applying all but the last in closed form gives the same deficits.
+    fn skip_drr_rounds(&mut self) {
+        let mut rounds = u32::MAX;
+        for t in 0..self.tin_cnt {
+            let st = &self.stats.tins[t];
+            if st.sparse_flows + st.bulk_flows == 0 {
+                continue;
+            }
+            let tin = &self.tins[t];
+            let q = u32::from(tin.tin_quantum.max(1));
+            // Visits until this tin's deficit is >= 0 when checked.
+            let need = if tin.tin_deficit >= 0 {
+                0
+            } else {
+                tin.tin_deficit.unsigned_abs().div_ceil(q)
+            };
+            rounds = rounds.min(need);
+        }
+        if rounds < 2 || rounds == u32::MAX {
+            return;
+        }
+        let skip = rounds - 1;
+        for tin in &mut self.tins[..self.tin_cnt] {
+            if tin.tin_deficit > 0 {
+                continue;
+            }
+            let q = u32::from(tin.tin_quantum.max(1));
+            // Adds happen while the deficit is <= 0.
+            let adds = skip.min(tin.tin_deficit.unsigned_abs() / q + 1);
+            tin.tin_deficit = tin.tin_deficit.saturating_add((adds * q) as i32);
+        }
+    }
+
+    /// Whether visiting decaying flow `fid` now would change nothing but its list position.
+    #[inline]
+    fn decay_visit_is_idle(&self, fid: usize, now: u64) -> bool {
+        let f = &self.flows[fid];
+        f.head == NIL
+            && f.deficit > 0
+            && f.cv.count == 0
+            && f.cv.p_drop == 0
+            && now < f.cv.drop_next
     }
 
     /// A flow was found empty at dequeue: decay it or retire it.

@@ -160,7 +160,14 @@ pub fn run(opts: &Options) -> Report {
     let root = opts.root.as_path();
     check_hugepages(root, opts.min_hugepage_mib, &mut r);
     let pci_ports: Vec<&String> = opts.ports.iter().filter(|p| !is_vdev(p)).collect();
-    check_iommu(root, !pci_ports.is_empty() || opts.ports.is_empty(), &mut r);
+    let need = if !pci_ports.is_empty() {
+        Need::Required
+    } else if opts.ports.is_empty() {
+        Need::Optional
+    } else {
+        Need::No
+    };
+    check_iommu(root, need, &mut r);
     check_nics(root, opts, &mut r);
     check_cores(root, &opts.cores, &mut r);
     match &opts.config {
@@ -318,8 +325,19 @@ fn check_hugepages(root: &Path, min_mib: u64, r: &mut Report) {
     }
 }
 
-fn check_iommu(root: &Path, needed: bool, r: &mut Report) {
-    if !needed {
+/// Whether the PCI-passthrough checks matter for this set-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// A configured port is a PCI NIC.
+    Required,
+    /// No ports were given: report problems as warnings (virtual devices work without).
+    Optional,
+    /// Only virtual devices are configured.
+    No,
+}
+
+fn check_iommu(root: &Path, need: Need, r: &mut Report) {
+    if need == Need::No {
         r.push(
             "iommu",
             Status::Skip,
@@ -328,6 +346,13 @@ fn check_iommu(root: &Path, needed: bool, r: &mut Report) {
         );
         return;
     }
+    let (fail, why) = match need {
+        Need::Optional => (
+            Status::Warn,
+            " (needed for PCI NICs; virtual devices work without)",
+        ),
+        _ => (Status::Fail, ""),
+    };
     let groups = list_dir(&root.join("sys/kernel/iommu_groups"));
     let cmdline = read(root, "proc/cmdline").unwrap_or_default();
     if groups.is_empty() {
@@ -339,10 +364,18 @@ fn check_iommu(root: &Path, needed: bool, r: &mut Report) {
         if noiommu {
             r.push("iommu", Status::Warn, "no IOMMU, vfio runs in unsafe no-IOMMU mode (no DMA isolation)", Some("enable the IOMMU: add intel_iommu=on iommu=pt (or amd_iommu=on) to the kernel command line".into()));
         } else {
+            let asked = ["intel_iommu=on", "amd_iommu=on", "iommu=pt"]
+                .iter()
+                .any(|o| cmdline.split_whitespace().any(|w| w == *o));
+            let hint = if asked {
+                "the kernel command line asks for one: check the firmware's VT-d/AMD-Vi setting"
+            } else {
+                "the kernel command line does not enable one"
+            };
             r.push(
                 "iommu",
-                Status::Fail,
-                format!("no IOMMU groups in /sys/kernel/iommu_groups (kernel command line: {})", cmdline.trim()),
+                fail,
+                format!("no IOMMU groups in /sys/kernel/iommu_groups; {hint}{why}"),
                 Some("enable VT-d/AMD-Vi in the firmware and add intel_iommu=on iommu=pt to the kernel command line; or, without an IOMMU, `modprobe vfio enable_unsafe_noiommu_mode=1`".into()),
             );
         }
@@ -361,8 +394,8 @@ fn check_iommu(root: &Path, needed: bool, r: &mut Report) {
     } else {
         r.push(
             "vfio-pci",
-            Status::Fail,
-            "the vfio-pci module is not loaded",
+            fail,
+            format!("the vfio-pci module is not loaded{why}"),
             Some("modprobe vfio-pci".into()),
         );
     }
@@ -371,8 +404,8 @@ fn check_iommu(root: &Path, needed: bool, r: &mut Report) {
     } else {
         r.push(
             "/dev/vfio",
-            Status::Fail,
-            "/dev/vfio is missing",
+            fail,
+            format!("/dev/vfio is missing{why}"),
             Some("modprobe vfio-pci (and in a container, pass --device /dev/vfio)".into()),
         );
     }
@@ -400,8 +433,13 @@ fn pci_nics(root: &Path) -> Vec<PciNic> {
             let driver = std::fs::read_link(d.join("driver"))
                 .ok()
                 .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()));
+            // virtio NICs keep their netdev one level down (virtioN/net/IF).
+            let mut ifaces = list_dir(&d.join("net"));
+            for sub in list_dir(&d).iter().filter(|s| s.starts_with("virtio")) {
+                ifaces.extend(list_dir(&d.join(sub).join("net")));
+            }
             Some(PciNic {
-                ifaces: list_dir(&d.join("net")),
+                ifaces,
                 addr,
                 driver,
             })
@@ -858,6 +896,24 @@ mod tests {
         assert_eq!(r.get("iommu").unwrap().status, Status::Skip, "{r}");
         assert_eq!(r.get("port net_pcap0").unwrap().status, Status::Ok);
         assert!(r.get("vfio-pci").is_none());
+    }
+
+    #[test]
+    fn without_ports_a_missing_iommu_only_warns() {
+        let o = Options {
+            ports: vec![],
+            ..opts("no-iommu")
+        };
+        let r = run(&o);
+        assert_eq!(r.get("iommu").unwrap().status, Status::Warn, "{r}");
+        assert_eq!(r.get("vfio-pci").unwrap().status, Status::Warn, "{r}");
+        assert!(
+            r.get("iommu")
+                .unwrap()
+                .detail
+                .contains("virtual devices work without"),
+            "{r}"
+        );
     }
 
     #[test]

@@ -206,12 +206,16 @@ impl Lab {
         for (ns, dev) in [(a_ns, a_dev), (b_ns, b_dev)] {
             run(&["ip", "-n", ns, "link", "set", dev, "up"])?;
             if have_tool("ethtool") {
-                let _ = self.exec(
-                    ns,
-                    &[
-                        "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off",
-                    ],
-                );
+                // Checksum offload off too: a userspace forwarder reading a veth with AF_PACKET
+                // would otherwise pass on frames whose checksum was never filled in.
+                let full = [
+                    "ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off", "gso", "off",
+                    "gro", "off",
+                ];
+                if self.exec(ns, &full).is_err() {
+                    let short = ["ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off"];
+                    let _ = self.exec(ns, &short);
+                }
             }
         }
         Ok(())

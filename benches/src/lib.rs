@@ -60,8 +60,14 @@ pub fn sleep_unless_stopped(dur: std::time::Duration) -> Result<(), Interrupted>
 #[error("interrupted by a signal; namespaces are being removed")]
 pub struct Interrupted;
 
-/// Returns the repository root (the workspace directory above `benches/`).
+/// Returns the repository root: the current directory when it is a cakewalk checkout (has
+/// `benches/Cargo.toml`), else the workspace this harness was built from.
 pub fn repo_root() -> std::path::PathBuf {
+    if let Ok(cwd) = std::env::current_dir() {
+        if cwd.join("benches/Cargo.toml").is_file() {
+            return cwd;
+        }
+    }
     let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     here.parent().unwrap_or(here).to_path_buf()
 }

@@ -452,3 +452,37 @@ fn a_non_loopback_prometheus_address_is_refused_with_the_fix() {
         "{err}"
     );
 }
+
+/// DPDK null vdevs on both ports (root, built with `--features dpdk`); run by
+/// `scripts/test dpdk`.
+#[cfg(feature = "dpdk")]
+#[test]
+#[ignore = "needs root and libdpdk; run with --include-ignored"]
+fn dpdk_null_ports_forward_through_cake_with_conservation() {
+    if !std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+    {
+        eprintln!("SKIP: not root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("--file-prefix=cwfwd{}", std::process::id());
+    let eal = format!(
+        "ports.eal_args=[\"--no-huge\",\"-m\",\"1024\",\"--no-pci\",\"--vdev=net_null0\",\"--vdev=net_null1\",\"{prefix}\"]"
+    );
+    let (stdout, _) = run_ok(&[
+        "--port-kind",
+        "dpdk",
+        "--iface",
+        "net_null0,net_null1",
+        "--duration",
+        "2s",
+        "--control",
+        &s(&ctl_path(dir.path())),
+        "--set",
+        &eal,
+    ]);
+    assert!(stdout.contains("port a: rx "), "{stdout}");
+    assert!(stdout.contains(": ok"), "{stdout}");
+}

@@ -213,7 +213,9 @@ impl Lab {
                     "gro", "off",
                 ];
                 if self.exec(ns, &full).is_err() {
-                    let short = ["ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off"];
+                    let short = [
+                        "ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off",
+                    ];
                     let _ = self.exec(ns, &short);
                 }
             }

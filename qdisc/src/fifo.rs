@@ -193,6 +193,10 @@ impl<P: Packet + Send> MqQdisc<P> for Fifo<P> {
     fn config_rate(_config: &FifoConfig) -> Rate {
         Rate::UNLIMITED
     }
+
+    fn is_rate_only_change(old: &FifoConfig, new: &FifoConfig) -> bool {
+        old == new
+    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -468,4 +468,41 @@ mod cake_sync {
             assert_eq!(q.stats().share, new.rate, "queue {i} is alone active");
         }
     }
+
+    #[test]
+    fn a_rate_only_reconfigure_takes_the_set_rate_path_and_keeps_the_queue() {
+        let options = TxQueueOptions {
+            bypass: false,
+            ..TxQueueOptions::default()
+        };
+        let mq: MultiQueue<Pkt, Cake<Pkt>> =
+            MultiQueue::from_config(2, options, &config()).unwrap();
+        let q = mq.queue(0);
+        q.try_with_qdisc(|cake| {
+            for (p, m) in packets() {
+                cake.enqueue(0, p, &m);
+            }
+        })
+        .unwrap();
+        let mut out = Vec::new();
+        q.run(0, 10, &mut out, |o| o.clear());
+        let before = q.try_with_qdisc(|c| (c.len(), c.cursors())).unwrap();
+
+        let faster = CakeConfig {
+            rate: Rate::from_bits_per_sec(20_000_000_000),
+            ..config()
+        };
+        mq.reconfigure(&faster).unwrap();
+        q.run(0, 0, &mut out, |o| o.clear());
+        let (len, cursors, cake_config_rate) = q
+            .try_with_qdisc(|c| (c.len(), c.cursors(), c.config().rate))
+            .unwrap();
+        assert_eq!((len, cursors), before, "a rate step touched the queue");
+        assert_eq!(
+            cake_config_rate,
+            config().rate,
+            "a rate-only change must not run CAKE's full reconfigure"
+        );
+        assert_eq!(q.stats().share, faster.rate);
+    }
 }

@@ -25,4 +25,15 @@ impl<P: Packet + Send> MqQdisc<P> for Cake<P> {
     fn config_rate(config: &CakeConfig) -> Rate {
         config.rate
     }
+
+    fn is_rate_only_change(old: &CakeConfig, new: &CakeConfig) -> bool {
+        // Memory limit and COBALT parameters derive from the full rate in Linux too, but a
+        // rate step must never purge or rebuild (seed 000); they follow at the next full
+        // reconfigure.
+        let same_rate = CakeConfig {
+            rate: old.rate,
+            ..new.clone()
+        };
+        same_rate == *old
+    }
 }

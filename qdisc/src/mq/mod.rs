@@ -80,6 +80,14 @@ pub trait MqQdisc<P: Packet>: Qdisc<P> + Send + Sized {
 
     /// The global rate `config` asks for.
     fn config_rate(config: &Self::Config) -> Rate;
+
+    /// Returns true when `new` differs from `old` in the rate at most, so that
+    /// [`MultiQueue::reconfigure`] can take the `set_rate` path (a pure parameter write)
+    /// instead of a full reconfigure. The default says no.
+    fn is_rate_only_change(old: &Self::Config, new: &Self::Config) -> bool {
+        let _ = (old, new);
+        false
+    }
 }
 
 /// N [`TxQueue`]s sharing one configuration and one [`SharedRate`].
@@ -89,6 +97,8 @@ where
 {
     shared: Arc<SharedRate>,
     queues: Box<[TxQueue<P, Q>]>,
+    /// The configuration in force, when the queues were built from one.
+    config: std::sync::Mutex<Option<Q::Config>>,
 }
 
 impl<P: Packet + Send, Q: MqQdisc<P>> MultiQueue<P, Q> {
@@ -106,7 +116,9 @@ impl<P: Packet + Send, Q: MqQdisc<P>> MultiQueue<P, Q> {
         for _ in 0..queues.max(1) {
             qdiscs.push(Q::build(config)?);
         }
-        Ok(MultiQueue::from_qdiscs(qdiscs, options, rate))
+        let mq = MultiQueue::from_qdiscs(qdiscs, options, rate);
+        *mq.config.lock().expect("config lock poisoned") = Some(config.clone());
+        Ok(mq)
     }
 
     /// One queue per qdisc in `qdiscs` (at least one expected), sharing `rate`.
@@ -117,7 +129,11 @@ impl<P: Packet + Send, Q: MqQdisc<P>> MultiQueue<P, Q> {
             .enumerate()
             .map(|(i, q)| TxQueue::with_shared(q, options, Arc::clone(&shared), i))
             .collect();
-        MultiQueue { shared, queues }
+        MultiQueue {
+            shared,
+            queues,
+            config: std::sync::Mutex::new(None),
+        }
     }
 
     /// Number of queues.
@@ -164,16 +180,25 @@ impl<P: Packet + Send, Q: MqQdisc<P>> MultiQueue<P, Q> {
     }
 
     /// Applies `config` to every queue without a restart: the global rate changes at once,
-    /// and each runner reconfigures its qdisc at its next run, then resyncs its share.
+    /// and each runner applies the rest at its next run, then resyncs its share. A change of
+    /// the rate alone (see [`MqQdisc::is_rate_only_change`]) only goes through `set_rate`;
+    /// anything else (diffserv mode, overhead, ...) is a full reconfigure of every qdisc.
     ///
     /// # Errors
     /// When `Q` refuses `config`; nothing changes then.
     pub fn reconfigure(&self, config: &Q::Config) -> Result<(), Q::Error> {
         Q::validate(config)?;
-        for q in self.queues.iter() {
-            q.request_reconfigure(config.clone())?;
+        let mut current = self.config.lock().expect("config lock poisoned");
+        let rate_only = current
+            .as_ref()
+            .is_some_and(|old| Q::is_rate_only_change(old, config));
+        if !rate_only {
+            for q in self.queues.iter() {
+                q.request_reconfigure(config.clone())?;
+            }
         }
         self.shared.set_rate(Q::config_rate(config));
+        *current = Some(config.clone());
         Ok(())
     }
 

@@ -1762,6 +1762,9 @@ impl<P: Packet> Qdisc<P> for Cake<P> {
         self.config.rate
     }
 
+    /// `Some(t)` while packets are queued and the instance shapes: the time the shaper gate
+    /// opens next (`min(time_next_packet, failsafe)`), which may already have passed.
+    /// `None` when empty or unlimited (nothing is ever held back then).
     fn next_wakeup(&self) -> Option<u64> {
         if self.qlen == 0 || self.rate.is_unlimited() {
             return None;

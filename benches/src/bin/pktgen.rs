@@ -434,3 +434,43 @@ fn run() -> Result<()> {
     print!("{}", table.to_markdown());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny_bench() -> Bench {
+        Bench {
+            seconds: 0.01,
+            warmup: 0.005,
+            burst: 32,
+            metas: metas(64),
+            cores: core_affinity::get_core_ids().unwrap_or_default(),
+            cake: CakeConfig::default(),
+        }
+    }
+
+    #[test]
+    fn every_row_runs_and_conserves_frames_with_one_and_two_threads() {
+        let bench = tiny_bench();
+        for threads in [1, 2] {
+            for setup in Setup::ALL {
+                let row = bench
+                    .row(setup, threads)
+                    .expect("row failed its conservation check");
+                assert!(row.mpps > 0.0, "{} sent nothing", setup.name());
+            }
+        }
+    }
+
+    #[test]
+    fn a_shaped_cake_row_drains_and_conserves_frames() {
+        let mut bench = tiny_bench();
+        bench.cake.rate = Rate::from_bits_per_sec(10_000_000);
+        for setup in [Setup::Cake { bypass: true }, Setup::Cake { bypass: false }] {
+            bench
+                .row(setup, 1)
+                .expect("row failed its conservation check");
+        }
+    }
+}

@@ -126,8 +126,44 @@ fn benches(c: &mut Criterion) {
             .unwrap();
             run(c, "cake_diffserv3_triple", flows, shaped, q, &ds);
         }
+        if flows == 1024 {
+            // The NIC's RSS hash reused as the flow hash (seed 002).
+            let rss: Vec<PacketMeta> = ds
+                .iter()
+                .map(|m| PacketMeta {
+                    l4_hash: Some(qdisc::cake::flow_hash(&m.keys, 0x9e37)),
+                    ..*m
+                })
+                .collect();
+            let q = Cake::new(&cake_config(
+                DiffservMode::Diffserv3,
+                FlowMode::TripleIsolate,
+                false,
+            ))
+            .unwrap();
+            run(c, "cake_diffserv3_triple_rss", flows, false, q, &rss);
+        }
     }
 }
 
-criterion_group!(cake_benches, benches);
+/// The idle fast path: an empty, unshaped CAKE taking every packet through `try_bypass`.
+fn bypass(c: &mut Criterion) {
+    let mut q: Cake<BenchPacket> = Cake::new(&cake_config(
+        DiffservMode::Diffserv3,
+        FlowMode::TripleIsolate,
+        false,
+    ))
+    .unwrap();
+    let m = udp_meta(1, 1, 1, 0);
+    let p = BenchPacket(LEN);
+    let mut now = 0u64;
+    c.bench_function("cake_diffserv3_triple/bypass/1", |b| {
+        b.iter(|| {
+            now += 100;
+            black_box(q.try_bypass(now, &p, &m))
+        })
+    });
+}
+
+criterion_group!(cake_benches, benches, bypass);
 criterion_main!(cake_benches);

@@ -62,8 +62,8 @@ pub fn find(explicit: Option<&Path>) -> Option<PathBuf> {
 }
 
 /// Returns the full command line that runs cakewalk between `ra` and `rb` on AF_PACKET
-/// (`cakewalk run --port-kind afpacket --iface ra,rb ...`), with its control socket off so
-/// runs never share one.
+/// (`cakewalk run --port-kind afpacket --iface ra,rb ...`), running until killed, with its
+/// control socket off so runs never share one.
 pub fn command(bin: &Path, k: &Knobs) -> Vec<String> {
     let rate = crate::units::tc_rate(k.rate_bps);
     let mut v: Vec<String> = [
@@ -75,6 +75,8 @@ pub fn command(bin: &Path, k: &Knobs) -> Vec<String> {
         "ra,rb",
         "--rate",
         &rate,
+        "--duration",
+        "0",
         "--set",
         "stats.control_socket=off",
     ]
@@ -152,7 +154,7 @@ mod tests {
         let c = command(Path::new("/x/cakewalk"), &k).join(" ");
         assert_eq!(
             c,
-            "/x/cakewalk run --port-kind afpacket --iface ra,rb --rate 100mbit --set stats.control_socket=off"
+            "/x/cakewalk run --port-kind afpacket --iface ra,rb --rate 100mbit --duration 0 --set stats.control_socket=off"
         );
         k.tx_queues = 4;
         k.sync = Some("equal".into());

@@ -24,6 +24,12 @@ fn the_deploy_example_config_loads_with_its_documented_values() {
     assert!(!c.shaper.cake.raw);
     assert_eq!(c.ports.port_name(0), "lan");
     assert_eq!(c.ports.port_name(1), "wan");
+    // A service runs until stopped (the built-in default stops after 10 s).
+    assert_eq!(c.engine.duration, "0");
+    let stats: forwarder::stats::StatsConfig = toml::Value::Table(c.stats.clone())
+        .try_into()
+        .unwrap_or_else(|e| panic!("deploy/cakewalk.toml [stats]: {e}"));
+    assert_eq!(stats.prometheus.as_deref(), Some("127.0.0.1:9187"));
 }
 
 #[test]

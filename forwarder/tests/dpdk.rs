@@ -851,66 +851,50 @@ fn run(args: &[&str]) {
     );
 }
 
-#[test]
-#[ignore = "needs root, DPDK, iperf3 and ethtool; run by scripts/test dpdk"]
-fn af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate() {
-    const NAME: &str = "af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate";
-    if std::env::var(SCENARIO_ENV).as_deref() == Ok(NAME) {
-        return scenario(NAME, af_packet_body);
-    }
-    if !is_root() {
-        eprintln!("SKIP {NAME}: needs root");
-        return;
-    }
-    for tool in ["iperf3", "ethtool", "ip"] {
-        if Command::new("sh")
+/// True when the lab's tools are installed (else the test prints why it skips).
+fn lab_tools_present(name: &str) -> bool {
+    for tool in ["iperf3", "ethtool", "ip", "ping"] {
+        let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .stdout(Stdio::null())
             .status()
-            .map_or(true, |s| !s.success())
-        {
-            eprintln!("SKIP {NAME}: {tool} is not installed");
-            return;
+            .is_ok_and(|s| s.success());
+        if !found {
+            eprintln!("SKIP {name}: {tool} is not installed");
+            return false;
         }
     }
-    let lab = Lab::up();
-    let dir = tempfile::tempdir().unwrap();
-    let stop = dir.path().join("stop");
-    let p = &lab.prefix;
-    // The forwarder child runs inside the middle namespace.
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &lab.ns("f")])
-        .arg(&exe)
-        .args([
-            NAME,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCENARIO_ENV, NAME)
-        .env("CW_AFP_IFACES", format!("{p}a1,{p}b1"))
-        .env("CW_AFP_STOP", &stop)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    true
+}
+
+/// What one iperf3 run through a forwarder in the lab gave.
+struct LabRun {
+    reachable: bool,
+    bps: Option<f64>,
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Waits for the forwarder `child` (already started in the middle namespace) to pass pings,
+/// runs a 4-second iperf3 TCP test A -> B, stops the forwarder with `stop`, and collects.
+/// Every wait is bounded; the child is killed if it does not stop.
+fn iperf_through(
+    lab: &Lab,
+    mut child: std::process::Child,
+    stop: impl FnOnce(&mut std::process::Child),
+) -> LabRun {
+    use std::io::Read;
+    let stdout = child.stdout.take().expect("piped stdout");
     let reader = std::thread::spawn(move || {
-        use std::io::BufRead;
-        let mut lines = Vec::new();
-        for l in std::io::BufReader::new(stdout).lines() {
-            let Ok(l) = l else { break };
-            lines.push(l);
-        }
-        lines
+        let mut s = String::new();
+        let _ = std::io::BufReader::new(stdout).read_to_string(&mut s);
+        s
     });
-    // Wait until the child has its ports up: ping through it (bounded).
     let start = Instant::now();
     let mut reachable = false;
     while start.elapsed() < Duration::from_secs(20) {
-        let ok = Command::new("ip")
+        reachable = Command::new("ip")
             .args([
                 "netns",
                 "exec",
@@ -926,32 +910,29 @@ fn af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate() {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        if ok {
-            reachable = true;
-            break;
-        }
-        if child.try_wait().unwrap().is_some() {
+        if reachable || child.try_wait().unwrap().is_some() {
             break;
         }
     }
-    let mut server = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.ns("b"),
-            "iperf3",
-            "-s",
-            "-1",
-            "-B",
-            "10.201.0.2",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let client = if reachable {
-        Command::new("timeout")
+    let mut bps = None;
+    if reachable {
+        let mut server = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &lab.ns("b"),
+                "iperf3",
+                "-s",
+                "-1",
+                "-B",
+                "10.201.0.2",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let client = Command::new("timeout")
             .args([
                 "20",
                 "ip",
@@ -966,13 +947,13 @@ fn af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate() {
                 "-J",
             ])
             .output()
-            .ok()
-    } else {
-        None
-    };
-    let _ = server.kill();
-    let _ = server.wait();
-    std::fs::write(&stop, b"stop").unwrap();
+            .unwrap();
+        let _ = server.kill();
+        let _ = server.wait();
+        let json: serde_json::Value = serde_json::from_slice(&client.stdout).unwrap_or_default();
+        bps = json["end"]["sum_received"]["bits_per_second"].as_f64();
+    }
+    stop(&mut child);
     let deadline = Instant::now() + Duration::from_secs(30);
     while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
@@ -980,34 +961,150 @@ fn af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate() {
     let _ = child.kill();
     let status = child.wait().unwrap();
     let mut stderr = String::new();
-    use std::io::Read;
-    let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
-    let lines = reader.join().unwrap();
-    let out = lines.join("\n");
-    assert!(
+    let _ = child
+        .stderr
+        .take()
+        .expect("piped stderr")
+        .read_to_string(&mut stderr);
+    LabRun {
         reachable,
-        "10.201.0.2 never answered through the forwarder\nstdout:\n{out}\nstderr:\n{stderr}"
+        bps,
+        status,
+        stdout: reader.join().unwrap(),
+        stderr,
+    }
+}
+
+impl LabRun {
+    /// Asserts the forwarder ran and stopped cleanly and returns delivered/configured.
+    fn shaped_ratio(&self, rate_bps: u64, ok_line: Option<&str>) -> f64 {
+        let ctx = format!("stdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        assert!(
+            self.reachable,
+            "10.201.0.2 never answered through the forwarder\n{ctx}"
+        );
+        assert!(
+            self.status.success(),
+            "forwarder failed ({})\n{ctx}",
+            self.status
+        );
+        if let Some(line) = ok_line {
+            assert!(self.stdout.contains(line), "{ctx}");
+        }
+        let bps = self
+            .bps
+            .unwrap_or_else(|| panic!("iperf3 gave no result\n{ctx}"));
+        bps / rate_bps as f64
+    }
+}
+
+#[test]
+#[ignore = "needs root, DPDK, iperf3 and ethtool; run by scripts/test dpdk"]
+fn af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate() {
+    const NAME: &str = "af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate";
+    if std::env::var(SCENARIO_ENV).as_deref() == Ok(NAME) {
+        return scenario(NAME, af_packet_body);
+    }
+    if !is_root() {
+        eprintln!("SKIP {NAME}: needs root");
+        return;
+    }
+    if !lab_tools_present(NAME) {
+        return;
+    }
+    let lab = Lab::up();
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
+    let p = &lab.prefix;
+    // The forwarder child (this binary, one scenario) runs inside the middle namespace.
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lab.ns("f")])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            NAME,
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO_ENV, NAME)
+        .env("CW_AFP_IFACES", format!("{p}a1,{p}b1"))
+        .env("CW_AFP_STOP", &stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run = iperf_through(&lab, child, |_| std::fs::write(&stop, b"stop").unwrap());
+    let ratio = run.shaped_ratio(AFP_RATE_BPS, Some(OK_LINE));
+    println!(
+        "iperf3 through CAKE at {AFP_RATE_BPS} bit/s: ratio {ratio:.3}\n{}",
+        run.stdout
     );
-    assert!(
-        status.success() && out.contains(OK_LINE),
-        "forwarder child failed ({status})\nstdout:\n{out}\nstderr:\n{stderr}"
-    );
-    let client = client.expect("iperf3 ran");
-    let json: serde_json::Value = serde_json::from_slice(&client.stdout).unwrap_or_else(|e| {
-        panic!(
-            "iperf3 -J output: {e}: {}",
-            String::from_utf8_lossy(&client.stdout)
-        )
-    });
-    let bps = json["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .expect("received rate");
-    let ratio = bps / AFP_RATE_BPS as f64;
-    println!("iperf3 through CAKE at {AFP_RATE_BPS} bit/s: {bps:.0} bit/s received, ratio {ratio:.3}\n{out}");
-    // Goodput excludes headers (~5% at 1500 B) and TCP ramp-up; it must not exceed the rate.
+    // Goodput excludes headers (~4% at 1514 B) and TCP ramp-up; it must not exceed the rate.
     assert!(
         ratio <= 1.0,
         "shaper let through more than its rate: {ratio:.3}"
+    );
+    assert!(
+        ratio >= 0.5,
+        "shaped TCP got far less than the rate: {ratio:.3}"
+    );
+}
+
+#[test]
+#[ignore = "needs root, DPDK, iperf3 and ethtool; run by scripts/test dpdk"]
+fn cakewalk_run_on_af_packet_vdevs_shapes_iperf3_tcp() {
+    const NAME: &str = "cakewalk_run_on_af_packet_vdevs_shapes_iperf3_tcp";
+    if !is_root() {
+        eprintln!("SKIP {NAME}: needs root");
+        return;
+    }
+    if !lab_tools_present(NAME) {
+        return;
+    }
+    let lab = Lab::up();
+    let dir = tempfile::tempdir().unwrap();
+    let p = &lab.prefix;
+    let eal: Vec<String> = eal_args(&[
+        format!("net_af_packet0,iface={p}a1"),
+        format!("net_af_packet1,iface={p}b1"),
+    ])
+    .iter()
+    .map(|a| format!("{a:?}"))
+    .collect();
+    let rate_mbit = 30;
+    let config = format!(
+        "[ports]\neal_args = [{}]\n\n[ports.a]\nkind = \"dpdk\"\niface = \"net_af_packet0\"\n\n\
+         [ports.b]\nkind = \"dpdk\"\niface = \"net_af_packet1\"\n\n[shaper]\nrate = \"{rate_mbit}mbit\"\n\n\
+         [engine]\nduration = \"60s\"\npin = false\n",
+        eal.join(", ")
+    );
+    let cfg_path = dir.path().join("cakewalk.toml");
+    std::fs::write(&cfg_path, &config).unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lab.ns("f")])
+        .arg(env!("CARGO_BIN_EXE_cakewalk"))
+        .args(["run", "-c"])
+        .arg(&cfg_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `ip netns exec` execs the program, so the child's pid is cakewalk's: SIGINT stops it
+    // cleanly (drain, final report, conservation check).
+    let run = iperf_through(&lab, child, |c| {
+        let _ = Command::new("kill")
+            .args(["-INT", &c.id().to_string()])
+            .status();
+    });
+    let ratio = run.shaped_ratio(rate_mbit * 1_000_000, None);
+    println!(
+        "cakewalk run, CAKE {rate_mbit} Mbit: iperf3 ratio {ratio:.3}\n{}",
+        run.stdout
+    );
+    assert!(
+        ratio <= 1.0,
+        "shaper let through more than its rate: {ratio:.3}\n{config}"
     );
     assert!(
         ratio >= 0.5,

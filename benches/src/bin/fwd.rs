@@ -6,6 +6,7 @@
 //! ```text
 //! cargo run --release -p cakewalk-benches --bin fwd            # 5 s per row
 //! cargo run --release -p cakewalk-benches --bin fwd -- --smoke # ~1 s per row
+//! cargo run --release -p cakewalk-benches --bin fwd -- --only CAKE
 //! ```
 //!
 //! This is a measurement, not a test: it prints a table and exits 0.
@@ -119,7 +120,13 @@ fn engine_row(choice: &QueueChoice, bypass: bool, seconds: f64, warmup: f64) -> 
 }
 
 fn main() {
-    let smoke = std::env::args().any(|a| a == "--smoke");
+    let args: Vec<String> = std::env::args().collect();
+    let smoke = args.iter().any(|a| a == "--smoke");
+    // `--only TEXT` runs just the rows whose name contains TEXT (for profiling).
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
     let (seconds, warmup) = if smoke { (1.0, 0.3) } else { (5.0, 1.0) };
     // Pin this thread (the bare loop) to the core the engine's single worker uses.
     if let Some(ids) = core_affinity::get_core_ids() {
@@ -157,6 +164,9 @@ fn main() {
         "row", "Mpps", "ns/pkt", "bare Mpps", "vs bare", "delivered"
     );
     for (name, choice, bypass) in rows {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
         let mut mpps = Vec::new();
         let mut bares = Vec::new();
         let mut ratios = Vec::new();

@@ -1166,6 +1166,10 @@ impl<P: Packet> Cake<P> {
         if self.overflow_timeout != 0 {
             let flows = &self.flows;
             self.heap.flow_grew(fid, |f| flows[f].backlog);
+            if result.dropped_packets != 0 {
+                // An ACK-filter replacement can leave the flow smaller than before.
+                self.heap.flow_shrank(fid, |f| flows[f].backlog);
+            }
         }
         if self.config.autorate_ingress {
             self.update_autorate(now);

@@ -423,11 +423,12 @@ fn overflow_heap_survives_upkeep_through_enqueues_and_dequeues() {
 
 struct AckPacket {
     info: TcpAckInfo,
+    len: usize,
 }
 
 impl Packet for AckPacket {
     fn len(&self) -> usize {
-        66
+        self.len
     }
 
     fn set_ce(&mut self) -> bool {
@@ -452,6 +453,7 @@ fn ack_pkt(seq: u32) -> AckPacket {
             ack_seq: seq,
             ..TcpAckInfo::default()
         },
+        len: 66,
     }
 }
 
@@ -761,4 +763,31 @@ fn skipping_drr_rounds_matches_running_them() {
         let db: Vec<i32> = b.tins.iter().map(|t| t.tin_deficit).collect();
         assert_eq!((ta, da), (tb, db));
     }
+}
+
+#[test]
+fn ack_filter_keeps_the_overflow_heap_valid() {
+    let mut c: Cake<AckPacket> = Cake::new(&CakeConfig {
+        ack_filter: AckFilterMode::Aggressive,
+        packet_limit: 8,
+        ..CakeConfig::default()
+    })
+    .unwrap();
+    // Data segments overflow the limit so the heap is maintained; shrinking ACKs (each
+    // newer one shorter than the one it replaces) then shrink flows in place.
+    for s in 0..60u32 {
+        let mut m = tcp_meta();
+        m.keys.src_port = 1000 + (s % 5) as u16;
+        let mut p = ack_pkt(s * 10);
+        if s % 4 == 0 {
+            p.info.payload_len = 1000;
+            p.len = 1066;
+        } else {
+            p.len = 600 - s as usize * 8;
+        }
+        c.enqueue(u64::from(s), p, &m);
+        c.check_invariants().unwrap();
+    }
+    assert!(c.stats().dropped(DropReason::AckFilter) > 0);
+    assert!(c.stats().dropped(DropReason::Overflow) > 0);
 }

@@ -241,6 +241,38 @@ impl Run {
     }
 }
 
+/// The performance checks of one CAKE run and its FIFO reference; returns what missed.
+fn performance_misses(cake: &Run, fifo: &Run) -> Vec<String> {
+    let mut misses = Vec::new();
+    let tcp_ratio = cake.num("tcp_mbit") * 1e6 / (RATE_BPS * TCP_GOODPUT_SHARE);
+    if !(0.90..=1.005).contains(&tcp_ratio) {
+        misses.push(format!(
+            "CAKE TCP goodput is {tcp_ratio:.4} of the shaped rate after headers; want 0.90..1.0"
+        ));
+    }
+    // UDP at 1.5x the rate: the shaper must never let more than the rate through. How much of
+    // it the iperf3 receiver manages to count depends on its CPU share on this small machine,
+    // so the lower side is reported, not checked.
+    let udp_ratio = cake.num("udp_mbit") * 1e6 / (RATE_BPS * UDP_GOODPUT_SHARE);
+    if udp_ratio > 1.005 {
+        misses.push(format!(
+            "CAKE let UDP through at {udp_ratio:.4} of the shaped rate after headers"
+        ));
+    }
+    let (cake_added, fifo_added) = (cake.added_delay_ms(), fifo.added_delay_ms());
+    if cake_added > 5.0 {
+        misses.push(format!(
+            "CAKE's loaded median is {cake_added:.3} ms above idle; goal G12 allows 5 ms"
+        ));
+    }
+    if fifo_added < 4.0 * cake_added.max(0.25) {
+        misses.push(format!(
+            "the FIFO reference should bloat: it added {fifo_added:.3} ms at the median, CAKE {cake_added:.3} ms"
+        ));
+    }
+    misses
+}
+
 #[test]
 #[ignore = "needs root: creates network namespaces and veths; run scripts/test lab"]
 fn cake_holds_the_shaped_rate_with_low_latency_where_a_plain_fifo_bloats() {
@@ -248,38 +280,31 @@ fn cake_holds_the_shaped_rate_with_low_latency_where_a_plain_fifo_bloats() {
         eprintln!("SKIP lab: {why}");
         return;
     }
-    let lab = Lab::new();
-    let cake = lab.measure("cake", None, &format!("--queue cake --rate {RATE}"));
-    let fifo = lab.measure("fifo+htb", Some(RATE), "--queue fifo --rate unlimited");
-    println!("lab at {RATE}, 8 TCP upstreams for 10 s, UDP 300M for 5 s:");
-    println!("  {}", cake.line());
-    println!("  {}", fifo.line());
-
-    cake.assert_clean_exit_and_conservation();
-    fifo.assert_clean_exit_and_conservation();
-
-    let tcp_ratio = cake.num("tcp_mbit") * 1e6 / (RATE_BPS * TCP_GOODPUT_SHARE);
-    assert!(
-        (0.90..=1.005).contains(&tcp_ratio),
-        "CAKE TCP goodput is {tcp_ratio:.4} of the shaped rate after headers; want 0.90..1.0"
-    );
-    // UDP at 1.5x the rate: the shaper must never let more than the rate through. How much of
-    // it the iperf3 receiver manages to count depends on its CPU share on this small machine,
-    // so the lower side is reported, not asserted.
-    let udp_ratio = cake.num("udp_mbit") * 1e6 / (RATE_BPS * UDP_GOODPUT_SHARE);
-    assert!(
-        udp_ratio <= 1.005,
-        "CAKE let UDP through at {udp_ratio:.4} of the shaped rate after headers"
-    );
-    let (cake_added, fifo_added) = (cake.added_delay_ms(), fifo.added_delay_ms());
-    assert!(
-        cake_added <= 5.0,
-        "CAKE's loaded median is {cake_added:.3} ms above idle; goal G12 allows 5 ms"
-    );
-    assert!(
-        fifo_added >= 4.0 * cake_added.max(0.25),
-        "the FIFO reference should bloat: it added {fifo_added:.3} ms at the median, CAKE {cake_added:.3} ms"
-    );
+    // Real traffic on two shared cores: a burst of other work on the machine can starve the
+    // endpoints or the forwarder for a while. A miss is measured once more on a fresh lab and
+    // fails only if it repeats; broken exits and conservation fail at once.
+    for attempt in 1..=2 {
+        let lab = Lab::new();
+        let cake = lab.measure("cake", None, &format!("--queue cake --rate {RATE}"));
+        let fifo = lab.measure("fifo+htb", Some(RATE), "--queue fifo --rate unlimited");
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        println!(
+            "lab at {RATE}, 8 TCP upstreams for 10 s, UDP 300M for 5 s (attempt {attempt}, loadavg {}):",
+            load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        );
+        println!("  {}", cake.line());
+        println!("  {}", fifo.line());
+        cake.assert_clean_exit_and_conservation();
+        fifo.assert_clean_exit_and_conservation();
+        let misses = performance_misses(&cake, &fifo);
+        if misses.is_empty() {
+            return;
+        }
+        if attempt == 2 {
+            panic!("lab missed twice:\n  {}", misses.join("\n  "));
+        }
+        println!("  missed ({}); measuring once more", misses.join("; "));
+    }
 }
 
 /// Runs the real binary on AF_PACKET ports `ifaces` for at most a second; returns its exit

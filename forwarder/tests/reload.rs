@@ -102,11 +102,12 @@ fn sighup_after_editing_the_config_changes_the_rate_live_and_conserves_every_pac
         .unwrap();
     };
     write_conf("20mbit", 16384);
+    // Runs until SIGTERM; every wait below is on progress (stats lines), bounded in time.
     let child = Command::new(env!("CARGO_BIN_EXE_cakewalk"))
         .arg("run")
         .arg("--config")
         .arg(&conf)
-        .args(["--duration", "6s", "--control"])
+        .args(["--duration", "0", "--control"])
         .arg(&sock)
         .arg("--stats-json")
         .arg(&json)
@@ -116,15 +117,32 @@ fn sighup_after_editing_the_config_changes_the_rate_live_and_conserves_every_pac
         .spawn()
         .unwrap();
     let pid = child.id().to_string();
-    let start = Instant::now();
-    while !sock.exists() && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(2000));
+    let rate_at = |l: &serde_json::Value| l["queues"][1]["rate_bps"].as_u64().unwrap_or(0);
+    let wait_for = |what: &str, ok: &dyn Fn(&[serde_json::Value]) -> bool| {
+        let start = Instant::now();
+        while !ok(&json_lines(&json)) {
+            if start.elapsed() > Duration::from_secs(40) {
+                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                panic!("timed out waiting for {what}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for("3 stats intervals at 20mbit", &|l| {
+        l.iter().filter(|l| rate_at(l) == 20_000_000).count() >= 3
+    });
     // A live change (rate) and a restart-only one (pool size) in the same edit.
     write_conf("60mbit", 8192);
     let kill = Command::new("kill").args(["-HUP", &pid]).status().unwrap();
     assert!(kill.success());
+    wait_for("3 stats intervals at 60mbit", &|l| {
+        l.iter().filter(|l| rate_at(l) == 60_000_000).count() >= 3
+    });
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
     let out = wait_bounded(child, Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -144,7 +162,6 @@ fn sighup_after_editing_the_config_changes_the_rate_live_and_conserves_every_pac
     );
 
     let lines = json_lines(&json);
-    let rate_at = |l: &serde_json::Value| l["queues"][1]["rate_bps"].as_u64().unwrap_or(0);
     let tx_at = |l: &serde_json::Value| l["ports"][1]["tx_bps"].as_f64().unwrap_or(0.0);
     // Skip the first interval at each rate (warm-up and the interval the change fell in).
     let before: Vec<f64> = lines
@@ -159,16 +176,20 @@ fn sighup_after_editing_the_config_changes_the_rate_live_and_conserves_every_pac
         .skip(1)
         .map(tx_at)
         .collect();
-    assert!(!before.is_empty() && !after.is_empty(), "{lines:?}");
+    assert!(
+        !before.is_empty() && !after.is_empty(),
+        "before {before:?} after {after:?}"
+    );
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let ratio = mean(&after) / mean(&before);
     assert!(
         (2.0..4.0).contains(&ratio),
-        "delivered rate after/before SIGHUP = {ratio}"
+        "delivered rate after/before SIGHUP = {ratio} ({before:?} -> {after:?})"
     );
     // Nothing queued was lost across the change: received = sent + dropped (by reason) + queued.
     let last = lines.last().unwrap();
-    assert_eq!(last["conservation"]["ok"], true, "{last}");
+    assert_eq!(last["final_report"], true);
+    assert_eq!(last["conservation"]["ok"], true, "{}", last["conservation"]);
     assert!(stdout.contains("conservation"), "{stdout}");
 }
 
@@ -211,4 +232,42 @@ fn sighup_with_a_broken_config_keeps_running_on_the_old_one() {
         stderr.contains("shaper.rate") && stderr.contains("keeping the running configuration"),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_docs_and_dashboard_name_only_metrics_the_endpoint_serves() {
+    let source = std::fs::read_to_string(repo_file("forwarder/src/stats/prometheus.rs")).unwrap();
+    let names = |text: &str| -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("cakewalk_") {
+            let tail = &rest[i + "cakewalk_".len()..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(tail.len());
+            if end > 0 {
+                out.insert(tail[..end].to_string());
+            }
+            rest = &tail[end..];
+        }
+        out
+    };
+    let served = names(&source);
+    for doc in ["docs/metrics.md", "docs/grafana-dashboard.json"] {
+        let text = std::fs::read_to_string(repo_file(doc)).unwrap();
+        for n in names(&text) {
+            // `{name}` in the HELP template is not a metric.
+            assert!(
+                served.contains(&n) || n == "{name}",
+                "{doc} names cakewalk_{n}, which forwarder/src/stats/prometheus.rs does not serve"
+            );
+        }
+    }
+    let doc = std::fs::read_to_string(repo_file("docs/metrics.md")).unwrap();
+    for n in &served {
+        assert!(
+            doc.contains(&format!("cakewalk_{n}")) || n.is_empty(),
+            "docs/metrics.md does not describe cakewalk_{n}"
+        );
+    }
 }

@@ -279,6 +279,108 @@ mod imp {
         c
     }
 
+    /// The forwarder's own engine (one worker pinned to `--core`, busy-polling) over a fresh
+    /// net_pcap/net_null pair: what `cakewalk run` does per packet, threads and counters
+    /// included.
+    const ENGINE_ROWS: [(&str, Kind); 2] = [
+        ("engine fifo+bypass", Kind::Fifo { bypass: true }),
+        (
+            "engine cake",
+            Kind::Cake {
+                bypass: false,
+                rate: None,
+            },
+        ),
+    ];
+
+    fn engine_row(
+        eal: &Eal,
+        pool: &Mempool,
+        pair: usize,
+        kind: Kind,
+        args: &Args,
+    ) -> anyhow::Result<f64> {
+        use forwarder::engine::{self, EngineConfig, EnginePorts, IdleMode, Shaper, WorkerHook};
+        use qdisc::mq::TxQueue as Queue;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        let cfg = EthDevConfig::default();
+        let mut a = EthDev::open(eal, &format!("net_pcap{pair}"), &cfg, pool)?;
+        let mut b = EthDev::open(eal, &format!("net_null{pair}"), &cfg, pool)?;
+        let (arx, atx) = a.split()?;
+        let (_brx, btx) = b.split()?;
+        let rx = |v: Vec<RxQueue>| -> Vec<Box<dyn PortRx<Buf = Mbuf>>> {
+            v.into_iter()
+                .map(|q| Box::new(q) as Box<dyn PortRx<Buf = Mbuf>>)
+                .collect()
+        };
+        let tx = |v: Vec<TxQueue>| -> Vec<Box<dyn PortTx<Buf = Mbuf>>> {
+            v.into_iter()
+                .map(|q| Box::new(q) as Box<dyn PortTx<Buf = Mbuf>>)
+                .collect()
+        };
+        let ports = EnginePorts {
+            rx: vec![rx(arx), Vec::new()],
+            tx: vec![tx(atx), tx(btx)],
+            forward: vec![Some(1), None],
+        };
+        let shaper = || -> anyhow::Result<Arc<dyn Shaper<Mbuf>>> {
+            Ok(match kind {
+                Kind::Fifo { bypass } => {
+                    let q = <Fifo<Mbuf> as MqQdisc<Mbuf>>::build(&FifoConfig {
+                        limit_packets: 1024,
+                    })?;
+                    Arc::new(Queue::new(
+                        q,
+                        TxQueueOptions {
+                            bypass,
+                            ..TxQueueOptions::default()
+                        },
+                    ))
+                }
+                Kind::Cake { bypass, rate } => {
+                    let c = CakeConfig {
+                        rate: rate.unwrap_or(Rate::UNLIMITED),
+                        ..CakeConfig::default()
+                    };
+                    let q = forwarder::engine::shaper::CakeQueue(Cake::new(&c)?);
+                    Arc::new(Queue::new(
+                        q,
+                        TxQueueOptions {
+                            bypass,
+                            ..TxQueueOptions::default()
+                        },
+                    ))
+                }
+                Kind::Bare | Kind::Parse => bail!("engine rows are fifo or cake"),
+            })
+        };
+        let shapers = vec![shaper()?, shaper()?];
+        let ecfg = EngineConfig {
+            workers: 1,
+            tx_queues: 1,
+            idle: IdleMode::Spin,
+            duration: "0".into(),
+            cores: vec![args.core],
+            pin: true,
+            ..EngineConfig::default()
+        };
+        let hook_eal = eal.clone();
+        let hook: WorkerHook = Arc::new(move |_| match hook_eal.register_thread() {
+            Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
+            Err(_) => Box::new(()),
+        });
+        let running = engine::start_with_hook(&ecfg, ports, shapers, Some(hook))?;
+        std::thread::sleep(Duration::from_millis(200));
+        let (t0, s0) = (Instant::now(), running.shared().snapshot().port_tx(1).0);
+        std::thread::sleep(Duration::from_secs_f64(args.seconds));
+        let (t1, s1) = (Instant::now(), running.shared().snapshot().port_tx(1).0);
+        running.stop_now();
+        running.join();
+        Ok((s1 - s0) as f64 / (t1 - t0).as_secs_f64() / 1e6)
+    }
+
     fn median(v: &mut [f64]) -> f64 {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
@@ -307,6 +409,14 @@ mod imp {
             format!("--vdev=net_pcap0,rx_pcap={},infinite_rx=1", pcap.display()),
             "--vdev=net_null0".into(),
         ];
+        // Engine rows take their ports over for good, so each gets its own fresh pair.
+        for i in 1..=ENGINE_ROWS.len() * args.reps {
+            eal_args.push(format!(
+                "--vdev=net_pcap{i},rx_pcap={},infinite_rx=1",
+                pcap.display()
+            ));
+            eal_args.push(format!("--vdev=net_null{i}"));
+        }
         if args.no_huge {
             eal_args.extend(["--no-huge", "--no-shconf", "-m", "1024"].map(String::from));
         } else {
@@ -349,7 +459,15 @@ mod imp {
             ),
         ];
         let mut results: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+        let mut engine_results: Vec<Vec<f64>> = vec![Vec::new(); ENGINE_ROWS.len()];
+        let mut pair = 0;
         for rep in 0..args.reps {
+            for (i, (name, kind)) in ENGINE_ROWS.iter().enumerate() {
+                pair += 1;
+                let mpps = engine_row(&eal, &pool, pair, *kind, args)?;
+                eprintln!("rep {rep} {name:<22} {mpps:>7.2} Mpps");
+                engine_results[i].push(mpps);
+            }
             for (i, (name, kind)) in rows.iter().enumerate() {
                 let c = measure(&mut ports, *kind, args.seconds)?;
                 eprintln!(
@@ -407,6 +525,9 @@ mod imp {
             format!("cake shaped {:.0} Mbit", rate.bits_per_sec() as f64 / 1e6),
             shaped_med,
         ));
+        for (i, (name, _)) in ENGINE_ROWS.iter().enumerate() {
+            table.push((name.to_string(), median(&mut engine_results[i])));
+        }
         for (name, mpps) in &table {
             println!(
                 "{:<28} {:>8.2} {:>10.1} {:>8.3}",

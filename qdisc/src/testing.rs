@@ -6,7 +6,7 @@
 
 use hdrhistogram::Histogram;
 
-use crate::{Dequeue, FlowKeys, L3Kind, Packet, PacketMeta, Qdisc, Rate};
+use crate::{Dequeue, FlowKeys, L3Kind, Packet, PacketMeta, Qdisc, Rate, TcpAckInfo};
 
 /// A packet for tests: a length, an ECN capability, and the identity needed to check order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub struct TestPacket {
     pub seq: u64,
     /// When the test enqueued it (ns).
     pub sent_ns: u64,
+    /// TCP ACK facts returned to the ACK filter (`None`: not TCP).
+    pub ack: Option<TcpAckInfo>,
 }
 
 impl TestPacket {
@@ -35,6 +37,7 @@ impl TestPacket {
             flow,
             seq,
             sent_ns: 0,
+            ack: None,
         }
     }
 }
@@ -49,6 +52,10 @@ impl Packet for TestPacket {
             self.ce = true;
         }
         self.ect
+    }
+
+    fn tcp_ack_info(&self) -> Option<TcpAckInfo> {
+        self.ack
     }
 }
 

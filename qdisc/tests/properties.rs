@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use proptest::prelude::*;
 use qdisc::cake::{AckFilterMode, Cake, CakeConfig, DiffservMode, FlowMode, LinkPreset};
 use qdisc::testing::{udp_meta, Harness, Source, TestPacket};
-use qdisc::{Dequeue, Qdisc, Rate};
+use qdisc::{Dequeue, Qdisc, Rate, TcpAckInfo};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -17,6 +17,7 @@ enum Op {
         flow: u8,
         len: u16,
         ect: bool,
+        ack: bool,
     },
     Dequeue {
         dt_us: u16,
@@ -43,8 +44,8 @@ enum Op {
 
 fn op(modes: bool) -> impl Strategy<Value = Op> {
     let base = prop_oneof![
-        8 => (0u8..24, 0u16..1600, any::<bool>())
-            .prop_map(|(flow, len, ect)| Op::Enqueue { flow, len, ect }),
+        8 => (0u8..24, 0u16..1600, any::<bool>(), any::<bool>())
+            .prop_map(|(flow, len, ect, ack)| Op::Enqueue { flow, len, ect, ack }),
         6 => (0u16..3000).prop_map(|dt_us| Op::Dequeue { dt_us }),
         1 => (0u8..24, 0u16..1600).prop_map(|(flow, len)| Op::Bypass { flow, len }),
         1 => prop_oneof![Just(0u32), 1u32..200_000].prop_map(|kbit| Op::SetRate { kbit }),
@@ -118,12 +119,26 @@ fn run_ops(initial: CakeConfig, ops: &[Op], modes: bool) -> Result<(), TestCaseE
         };
     for o in ops {
         match *o {
-            Op::Enqueue { flow, len, ect } => {
+            Op::Enqueue {
+                flow,
+                len,
+                ect,
+                ack,
+            } => {
                 // One DSCP per flow: a flow split over tins may legitimately reorder.
                 let dscp = [0u8, 8, 46, 10, 16, 24, 32, 48][usize::from(flow % 8)];
                 let f = usize::from(flow);
                 let mut p = TestPacket::new(usize::from(len), u32::from(flow), seqs[f]);
                 p.ect = ect;
+                if ack {
+                    // A pure ACK, newer than every earlier one of this flow: the ACK
+                    // filter may drop those still queued.
+                    p.ack = Some(TcpAckInfo {
+                        flags: 0x10,
+                        ack_seq: (seqs[f] as u32).wrapping_mul(1000),
+                        ..TcpAckInfo::default()
+                    });
+                }
                 seqs[f] += 1;
                 in_pkts += 1;
                 in_bytes += u64::from(len);

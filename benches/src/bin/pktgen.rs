@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
-use cakewalk_benches::report::{load_average, machine_line, utc_now, Table};
+use anyhow::{bail, Context, Result};
+use cakewalk_benches::report::{load_average, machine_line, update_section, utc_now, Table};
 use clap::Parser;
 use qdisc::cake::{Cake, CakeConfig, FlowMode};
 use qdisc::fifo::Fifo;
@@ -58,6 +58,9 @@ struct Args {
     /// The bare loop always runs, as the reference.
     #[arg(long, value_delimiter = ',')]
     rows: Vec<usize>,
+    /// Write the table into the `pktgen` section of BENCHMARKS.md (repository root).
+    #[arg(long)]
+    write: bool,
     /// Run about one second in total (for the test suite): short rows, one repetition.
     #[arg(long)]
     smoke: bool,
@@ -385,7 +388,7 @@ fn run() -> Result<()> {
         cores: core_affinity::get_core_ids().unwrap_or_default(),
         cake,
     };
-    println!(
+    let header = format!(
         "pktgen: {} ({}); load {}; {} s x {} reps per row, burst {}, {} flows, CAKE rate {}",
         machine_line(),
         utc_now(),
@@ -396,11 +399,13 @@ fn run() -> Result<()> {
         args.flows,
         bench.cake.rate
     );
+    println!("{header}");
     let mut table = Table::new(&[
         "threads",
         "setup",
         "Mpps (median)",
         "ratio to bare",
+        "added ns/frame/thread",
         "drops",
     ]);
     for &threads in &args.threads {
@@ -422,16 +427,34 @@ fn run() -> Result<()> {
                 bare = median;
             }
             let ratio = if bare > 0.0 { median / bare } else { 0.0 };
+            // Per-thread cost of one frame, minus the bare loop's: what the queue adds.
+            let ns = |mpps: f64| threads as f64 * 1e3 / mpps.max(1e-9);
             table.push(vec![
                 threads.to_string(),
                 setup.name().to_string(),
                 format!("{median:.2}"),
                 format!("{ratio:.3}"),
+                format!("{:.1}", ns(median) - ns(bare)),
                 drops.to_string(),
             ]);
         }
     }
-    print!("{}", table.to_markdown());
+    let markdown = table.to_markdown();
+    print!("{markdown}");
+    if args.write {
+        let command: Vec<String> = std::env::args().collect();
+        let body = format!(
+            "## pktgen: enqueue throughput of one TxQueue (seed 001)\n\n{header}\n\n\
+             Command: `{}`\n\n{markdown}\n\
+             Frames are 64 bytes; `drops` are frames offered beyond what the queue could take \
+             (intake full), counted, never lost. With 2 threads both feed one queue.\n",
+            command.join(" ")
+        );
+        let path = cakewalk_benches::repo_root().join("BENCHMARKS.md");
+        update_section(&path, "pktgen", &body)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote the pktgen section of {}", path.display());
+    }
     Ok(())
 }
 

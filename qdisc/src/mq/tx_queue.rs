@@ -143,22 +143,33 @@ const MAX_MISSED_ROUNDS: u32 = 8;
 /// One TX queue: `&self` methods, `Send + Sync`, fed by any number of threads.
 ///
 /// # Call protocol
-/// * [`TxQueue::enqueue`] from any thread. On [`Intake::Bypass`] transmit the packet before
-///   the next call into this queue.
-/// * After a burst of enqueues, call [`TxQueue::run`] from the same thread (every thread that
-///   enqueued must run before it goes idle; poll-mode workers run every poll). `run` drains the
-///   intake, applies pending configuration, syncs the rate when due, dequeues what the shaper
-///   allows and calls `transmit` with it **while it still holds the runner lock**: that is what
-///   keeps per-flow order across threads, since a bypass can only happen once the previous
-///   runner's packets are out.
-/// * `now_ns` is the caller's monotonic clock, read once per burst.
+/// * Offer packets from any thread with [`TxQueue::enqueue_burst`] (one lock per burst; the
+///   engine's path) or [`TxQueue::enqueue`] (one packet). Packets handed back as
+///   [`Intake::Bypass`] must be transmitted before the next call into this queue.
+/// * Then call [`TxQueue::run`] from the same thread (after `enqueue_burst`, only when its
+///   [`BurstOutcome::run_needed`] says so; after `enqueue`, always). Every thread that
+///   offered packets must do so before it goes idle; poll-mode workers run every poll, and
+///   must call `run` again at once when it returns [`NextRun::Now`] or [`RunResult::Busy`]
+///   on their next poll. `run` drains the intake (at most `budget` packets), applies pending
+///   configuration, syncs the rate when due, dequeues what the shaper allows and calls
+///   `transmit` with it **while it still holds the runner lock**: that is what keeps per-flow
+///   order across threads, since a bypass can only happen once the previous runner's
+///   packets are out.
+/// * `now_ns` is the caller's monotonic clock, read once per burst; an older value than one
+///   seen before is clamped.
 ///
 /// # Bypass (Linux `TCQ_F_CAN_BYPASS`, c4fef01ba479)
-/// An enqueue takes the bypass only when the runner lock is free with no MISSED flag, the
-/// intake is empty and the qdisc published no backlog; it then takes the lock, checks the
-/// intake and the qdisc again under it, and asks the qdisc's [`crate::Qdisc::try_bypass`]
-/// (shaper credit). If any check fails it drains the intake into the qdisc and enqueues the
-/// packet behind it, so nothing is ever reordered.
+/// A packet takes the bypass only when the runner lock is free, the intake is empty and the
+/// qdisc is empty (checked again under the lock), and the qdisc's
+/// [`crate::Qdisc::try_bypass`] finds shaper credit. When the lock is free but the intake is
+/// not empty, the packet goes to the intake behind what waits there; when only the credit is
+/// missing, it goes straight into the qdisc. Nothing is ever reordered.
+///
+/// # Cost
+/// `enqueue_burst` on an idle queue: two uncontended atomic read-modify-writes per burst plus
+/// the qdisc's `try_bypass` per packet. A queued packet: one intake push and pop (one CAS
+/// each) plus the qdisc's enqueue and dequeue. Shared cache lines of other queues are read
+/// once per sync interval; this queue's own are written once per run.
 pub struct TxQueue<P, Q> {
     intake: IntakeRing<(P, PacketMeta)>,
     runner: RunnerLock<Runner<P, Q>>,

@@ -40,7 +40,8 @@ use sys::{PacketSocket, BATCH_MAX, ETH_P_ALL};
 /// Linux capability bit numbers (linux/capability.h).
 const CAP_NET_ADMIN: u32 = 12;
 const CAP_NET_RAW: u32 = 13;
-/// How many receive bursts pass between reads of the kernel's socket drop counter.
+/// How many receive bursts pass between reads of the kernel's socket drop counter (a power
+/// of two).
 const KERNEL_STATS_EVERY: u32 = 4096;
 /// The most receive queues (fanout group members) one port opens.
 pub const MAX_QUEUES: usize = 64;
@@ -500,7 +501,7 @@ impl PortRx for AfPacketRx {
         }
         self.tally.packets += appended as u64;
         self.bursts = self.bursts.wrapping_add(1);
-        if self.bursts % KERNEL_STATS_EVERY == 0 {
+        if self.bursts & (KERNEL_STATS_EVERY - 1) == 0 {
             self.poll_kernel_drops();
         }
         self.publish();

@@ -387,6 +387,8 @@ impl<P: Packet> Cake<P> {
         self.ack_mode = c.ack_filter;
         self.stats.tin_count = self.tin_cnt;
         let want = c.packet_limit as usize + 1;
+        self.slots
+            .reserve_exact(want.saturating_sub(self.slots.len()));
         while self.slots.len() < want {
             let i = self.slots.len() as u32;
             self.slots.push(Slot {

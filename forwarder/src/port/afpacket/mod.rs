@@ -281,6 +281,8 @@ impl AfPacketPort {
             let counters = Arc::new(RxCounters::default());
             stats.rx.push(counters.clone());
             rx.push(AfPacketRx {
+                iface: iface.to_string(),
+                queue: rx.len(),
                 sock,
                 pool,
                 spare: Vec::with_capacity(BATCH_MAX),
@@ -304,6 +306,8 @@ impl AfPacketPort {
             let counters = Arc::new(TxCounters::default());
             stats.tx.push(counters.clone());
             tx.push(AfPacketTx {
+                iface: iface.to_string(),
+                queue: tx.len(),
                 sock,
                 counters,
                 tally: TxTally::default(),
@@ -410,6 +414,8 @@ struct RxTally {
 /// One receive queue: a packet socket (a fanout group member when the port has several).
 #[derive(Debug)]
 pub struct AfPacketRx {
+    iface: String,
+    queue: usize,
     sock: PacketSocket,
     pool: Pool,
     /// Buffers taken from the pool but not yet filled, reused across bursts.
@@ -510,9 +516,29 @@ impl PortRx for AfPacketRx {
 }
 
 impl Drop for AfPacketRx {
+    /// Publishes the last counts and, when this queue lost frames, says why on stderr once:
+    /// these losses happen below the engine, so its report cannot show them.
     fn drop(&mut self) {
         self.poll_kernel_drops();
         self.publish();
+        let (t, iface, q) = (&self.tally, &self.iface, self.queue);
+        if t.oversize > 0 {
+            eprintln!(
+                "warning: afpacket '{iface}' rx queue {q}: dropped {} frames longer than the \
+                 {}-byte buffers (GRO/GSO super-frames?); turn offloads off on the hosts sending \
+                 into '{iface}' (ethtool -K DEV tx off tso off gso off gro off) or raise \
+                 ports.buffer_size",
+                t.oversize,
+                self.pool.buf_size()
+            );
+        }
+        if t.kernel_drops > 0 {
+            eprintln!(
+                "warning: afpacket '{iface}' rx queue {q}: the kernel dropped {} frames before \
+                 cakewalk read them (socket buffer full: the worker fell behind)",
+                t.kernel_drops
+            );
+        }
     }
 }
 
@@ -528,6 +554,8 @@ struct TxTally {
 /// One transmit queue: a packet socket that only sends.
 #[derive(Debug)]
 pub struct AfPacketTx {
+    iface: String,
+    queue: usize,
     sock: PacketSocket,
     counters: Arc<TxCounters>,
     tally: TxTally,
@@ -594,6 +622,19 @@ impl PortTx for AfPacketTx {
         }
         self.publish();
         before - burst.len()
+    }
+}
+
+impl Drop for AfPacketTx {
+    /// Says on stderr, once, when the kernel refused frames for good.
+    fn drop(&mut self) {
+        if self.tally.errors > 0 {
+            eprintln!(
+                "warning: afpacket '{}' tx queue {}: the kernel refused {} frames (larger than \
+                 the interface MTU, or the interface went down)",
+                self.iface, self.queue, self.tally.errors
+            );
+        }
     }
 }
 

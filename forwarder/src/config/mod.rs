@@ -819,8 +819,15 @@ impl Config {
     /// the other sections as resolved.
     pub fn effective(&self) -> String {
         let mut out = self.shaper.to_toml();
-        let _ = writeln!(out, "\n# [ports] as resolved:\n# {:?}", self.ports);
-        let _ = writeln!(out, "# [engine] as resolved:\n# {:?}", self.engine);
+        for (name, debug) in [
+            ("ports", format!("{:#?}", self.ports)),
+            ("engine", format!("{:#?}", self.engine)),
+        ] {
+            let _ = writeln!(out, "\n# [{name}] as resolved:");
+            for line in debug.lines() {
+                let _ = writeln!(out, "#   {line}");
+            }
+        }
         if !self.stats.is_empty() {
             let mut wrapper = toml::Table::new();
             wrapper.insert("stats".to_string(), toml::Value::Table(self.stats.clone()));

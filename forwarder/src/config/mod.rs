@@ -584,6 +584,9 @@ impl ShaperConfig {
             o.overhead = None;
         }
         let mut out = tc::render(&o, "");
+        if c.memlimit.is_none() {
+            out.push_str("# memlimit: automatic (from rate and rtt, as the kernel derives it)\n");
+        }
         if !c.raw {
             // render() prints `raw` or `overhead`; say both when compensating.
             out.push_str("raw = false\n");

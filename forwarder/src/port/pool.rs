@@ -1,13 +1,20 @@
 //! A preallocated pool of fixed-size packet buffers for the software ports (synth, pcap,
 //! AF_PACKET), and [`PoolBuf`], the owned buffer that returns itself to its pool on drop.
 //!
-//! Every buffer is allocated once when the pool is made; taking and returning one is a pop
-//! and a push on a lock-free bounded queue (crossbeam's `ArrayQueue`), so the data path never
-//! allocates. A pool lives for the rest of the process: it is leaked on purpose when created,
-//! so a buffer needs no reference count to find its way home (an `Arc` clone per packet would
-//! be a shared cache-line write per packet). Make pools once at startup, not per run.
+//! Every buffer is allocated once when the pool is made, so the data path never allocates.
+//! Free buffers live in a lock-free bounded queue (crossbeam's `ArrayQueue`) shared by all
+//! threads, fronted by a small per-thread LIFO cache (as DPDK's mempool has per-lcore caches):
+//! a thread takes and returns buffers through its cache and touches the shared queue only
+//! once per half-cache refill or flush, so the common case is neither an atomic operation
+//! nor a cold buffer. A thread's cache goes back to the shared queue when the thread exits.
+//!
+//! A pool lives for the rest of the process: it is leaked on purpose when created, so a
+//! buffer needs no reference count to find its way home (an `Arc` clone per packet would be a
+//! shared cache-line write per packet). Make pools once at startup, not per run.
 //!
 //! This module does not parse frames; ECN marking and TCP ACK facts come from [`crate::wire`].
+
+use std::cell::RefCell;
 
 use crossbeam_queue::ArrayQueue;
 use qdisc::{Packet, TcpAckInfo};
@@ -21,6 +28,101 @@ struct PoolInner {
     free: ArrayQueue<Box<[u8]>>,
     buf_size: usize,
     capacity: usize,
+    /// Most buffers one thread's cache holds (0: no cache, for small pools).
+    cache_max: usize,
+}
+
+/// One thread's cached free buffers of one pool.
+struct LocalCache {
+    pool: &'static PoolInner,
+    bufs: Vec<Box<[u8]>>,
+}
+
+impl Drop for LocalCache {
+    fn drop(&mut self) {
+        for b in self.bufs.drain(..) {
+            // The shared queue has room for every buffer of the pool.
+            let _ = self.pool.free.push(b);
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's caches, one per pool it used (a handful at most).
+    static CACHES: RefCell<Vec<LocalCache>> = const { RefCell::new(Vec::new()) };
+}
+
+impl PoolInner {
+    #[inline]
+    fn take(&'static self) -> Option<Box<[u8]>> {
+        if self.cache_max == 0 {
+            return self.free.pop();
+        }
+        let from_cache = CACHES.try_with(|c| {
+            let mut c = c.borrow_mut();
+            let cache = match c.iter().position(|l| std::ptr::eq(l.pool, self)) {
+                Some(i) => &mut c[i],
+                None => {
+                    c.push(LocalCache {
+                        pool: self,
+                        bufs: Vec::with_capacity(self.cache_max),
+                    });
+                    c.last_mut().expect("just pushed")
+                }
+            };
+            if cache.bufs.is_empty() {
+                for _ in 0..self.cache_max / 2 {
+                    match self.free.pop() {
+                        Some(b) => cache.bufs.push(b),
+                        None => break,
+                    }
+                }
+            }
+            cache.bufs.pop()
+        });
+        match from_cache {
+            Ok(b) => b,
+            // The thread is exiting: go to the shared queue directly.
+            Err(_) => self.free.pop(),
+        }
+    }
+
+    #[inline]
+    fn give(&'static self, buf: Box<[u8]>) {
+        if self.cache_max == 0 {
+            let _ = self.free.push(buf);
+            return;
+        }
+        let mut buf = Some(buf);
+        let _ = CACHES.try_with(|c| {
+            let Ok(mut c) = c.try_borrow_mut() else {
+                return;
+            };
+            let i = match c.iter().position(|l| std::ptr::eq(l.pool, self)) {
+                Some(i) => i,
+                None => {
+                    c.push(LocalCache {
+                        pool: self,
+                        bufs: Vec::with_capacity(self.cache_max),
+                    });
+                    c.len() - 1
+                }
+            };
+            let cache = &mut c[i];
+            if cache.bufs.len() >= self.cache_max {
+                for b in cache.bufs.drain(self.cache_max / 2..) {
+                    let _ = self.free.push(b);
+                }
+            }
+            if let Some(b) = buf.take() {
+                cache.bufs.push(b);
+            }
+        });
+        if let Some(b) = buf {
+            // The thread is exiting (or its caches are busy): straight to the shared queue.
+            let _ = self.free.push(b);
+        }
+    }
 }
 
 /// A fixed set of equal-size buffers. Cheap to copy (it is a `'static` reference).
@@ -53,6 +155,7 @@ impl Pool {
             free,
             buf_size,
             capacity: count,
+            cache_max: (count / 16).min(256) & !1,
         }));
         Pool { inner }
     }
@@ -60,7 +163,7 @@ impl Pool {
     /// Takes a buffer holding an empty frame, or `None` when every buffer is in use.
     #[inline]
     pub fn alloc(&self) -> Option<PoolBuf> {
-        let buf = self.inner.free.pop()?;
+        let buf = self.inner.take()?;
         Some(PoolBuf {
             buf,
             len: 0,
@@ -81,9 +184,18 @@ impl Pool {
         Some(b)
     }
 
-    /// Buffers currently free.
+    /// Buffers currently free: in the shared queue plus this thread's cache (other threads'
+    /// caches are not counted).
     pub fn available(&self) -> usize {
-        self.inner.free.len()
+        let cached = CACHES
+            .try_with(|c| {
+                c.borrow()
+                    .iter()
+                    .find(|l| std::ptr::eq(l.pool, self.inner))
+                    .map_or(0, |l| l.bufs.len())
+            })
+            .unwrap_or(0);
+        self.inner.free.len() + cached
     }
 
     /// Buffers in the pool.
@@ -128,8 +240,7 @@ impl PoolBuf {
 impl Drop for PoolBuf {
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.buf);
-        // The queue holds exactly as many slots as buffers exist, so a push cannot fail.
-        let _ = self.pool.free.push(buf);
+        self.pool.give(buf);
     }
 }
 
@@ -192,6 +303,34 @@ mod tests {
         let pool = Pool::new(1, 64);
         assert!(pool.alloc_copy(&[0u8; 65]).is_none());
         assert_eq!(pool.available(), 1);
+    }
+
+    #[test]
+    fn a_large_pool_recycles_the_same_hot_buffers_on_one_thread() {
+        let pool = Pool::new(4096, 64);
+        let first = pool.alloc().unwrap();
+        let addr = first.buf.as_ptr();
+        drop(first);
+        let again = pool.alloc().unwrap();
+        assert_eq!(
+            again.buf.as_ptr(),
+            addr,
+            "LIFO: the buffer just freed comes back"
+        );
+        drop(again);
+        assert_eq!(pool.available(), 4096);
+    }
+
+    #[test]
+    fn buffers_cached_by_an_exiting_thread_return_to_the_shared_queue() {
+        let pool = Pool::new(4096, 64);
+        std::thread::spawn(move || {
+            let held: Vec<_> = (0..100).map(|_| pool.alloc().unwrap()).collect();
+            drop(held);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(pool.available(), 4096);
     }
 
     #[test]

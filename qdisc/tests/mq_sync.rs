@@ -125,6 +125,8 @@ enum Source {
     Greedy,
     /// Offers packets at this fraction of the global rate.
     Thin(f64),
+    /// Offers bursts of this many packets at this fraction of the global rate.
+    Bursty(usize, f64),
     /// Offers nothing.
     Off,
 }
@@ -173,6 +175,16 @@ impl Sim {
                     let whole = self.credit[i].floor();
                     self.credit[i] -= whole;
                     whole as usize
+                }
+                Source::Bursty(size, fraction) => {
+                    let bytes = GBIT.bytes_per_sec() as f64 * fraction * TICK_NS as f64 / 1e9;
+                    self.credit[i] += bytes / PKT_BYTES as f64;
+                    if self.credit[i] >= size as f64 {
+                        self.credit[i] -= size as f64;
+                        size
+                    } else {
+                        0
+                    }
                 }
                 Source::Off => 0,
             };
@@ -257,6 +269,32 @@ fn work_conserving_split_gives_a_thin_queues_leftover_to_the_bulk_queue() {
         equal_ratio < 0.60,
         "equal split should fall short (Linux cake_mq), delivered {equal_ratio:.4}"
     );
+}
+
+#[test]
+fn ninety_ten_demand_is_served_in_full_by_the_work_conserving_split() {
+    let sources = [Source::Thin(0.9), Source::Thin(0.1)];
+    let mut wc = Sim::new(&sources, SyncPolicy::WorkConserving);
+    let wc_ratio = wc.aggregate_ratio(20_000_000, 300_000_000);
+    let mut equal = Sim::new(&sources, SyncPolicy::Equal);
+    let equal_ratio = equal.aggregate_ratio(20_000_000, 300_000_000);
+    println!("90/10: work-conserving {wc_ratio:.5}, equal {equal_ratio:.5}");
+    assert!(
+        (wc_ratio - 1.0).abs() < 0.01,
+        "work-conserving delivered {wc_ratio:.4}"
+    );
+    assert!(equal_ratio < 0.65, "equal delivered {equal_ratio:.4}");
+}
+
+#[test]
+fn a_bursty_thin_queue_does_not_cost_the_bulk_queue_its_leftover() {
+    let sources = [Source::Bursty(8, 0.05), Source::Greedy, Source::Greedy];
+    let mut wc = Sim::new(&sources, SyncPolicy::WorkConserving);
+    let ratio = wc.aggregate_ratio(20_000_000, 300_000_000);
+    println!("bursty thin + 2 bulk: aggregate {ratio:.5}");
+    assert!((ratio - 1.0).abs() < 0.01, "delivered {ratio:.4}");
+    let bulk = (wc.delivered[1] as f64, wc.delivered[2] as f64);
+    assert!((bulk.0 / bulk.1 - 1.0).abs() < 0.02, "bulk split {bulk:?}");
 }
 
 #[test]

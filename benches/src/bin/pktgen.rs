@@ -442,13 +442,16 @@ fn run() -> Result<()> {
     let markdown = table.to_markdown();
     print!("{markdown}");
     if args.write {
-        let command: Vec<String> = std::env::args().collect();
+        let args: Vec<String> = std::env::args().skip(1).collect();
         let body = format!(
             "## pktgen: enqueue throughput of one TxQueue (seed 001)\n\n{header}\n\n\
-             Command: `{}`\n\n{markdown}\n\
-             Frames are 64 bytes; `drops` are frames offered beyond what the queue could take \
-             (intake full), counted, never lost. With 2 threads both feed one queue.\n",
-            command.join(" ")
+             Command: `cargo run --release -p cakewalk-benches --bin pktgen -- {}`\n\n\
+             {markdown}\n\
+             Frames are 64 bytes. `drops` are frames offered beyond what the queue could take \
+             (intake full), counted, never lost. With 2 threads both feed one queue, so they \
+             contend for its runner lock and intake. The machine is shared: compare rows of \
+             one run (ratios), not runs.\n",
+            args.join(" ")
         );
         let path = cakewalk_benches::repo_root().join("BENCHMARKS.md");
         update_section(&path, "pktgen", &body)

@@ -352,10 +352,11 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     /// (collecting them into the burst's TX buffer and sending that right after this call is
     /// fine), [`Intake::Dropped`] ones are the caller's to free or count.
     ///
-    /// When the lock is free, the intake is drained into the qdisc first; packets then bypass
-    /// while the qdisc stays empty and the shaper has credit, and the first one that cannot
-    /// is enqueued, with everything after it (order is kept). When another thread holds the
-    /// lock, the burst goes to the intake.
+    /// When the lock is free and the intake empty, packets bypass while the qdisc stays empty
+    /// and the shaper has credit; the first one that cannot is enqueued straight into the
+    /// qdisc, with everything after it (order is kept; with the bypass disabled every packet
+    /// takes that path). When another thread holds the lock, or other producers' packets
+    /// wait in the intake, the burst goes to the intake behind them.
     pub fn enqueue_burst<'m, I, F>(&self, now_ns: u64, pkts: I, mut on_result: F) -> BurstOutcome
     where
         I: IntoIterator<Item = (P, &'m PacketMeta)>,

@@ -53,6 +53,76 @@ pub fn wire_parse(data: &[u8]) {
         assert_eq!(ipv4_ok(&washed), Some(true), "wash broke the checksum");
     }
     let _ = wire::set_ce_at(&mut washed, usize::from(p.l3_offset));
+
+    differential(data);
+}
+
+/// Compares [`wire::parse`] with etherparse, an independent parser: where etherparse reads a
+/// well-formed IP packet, cakewalk must not call it malformed and must find the same
+/// addresses, DSCP, ECN, protocol, flow label and (for unfragmented TCP/UDP) ports.
+pub fn differential(data: &[u8]) {
+    use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+
+    let Ok(theirs) = SlicedPacket::from_ethernet(data) else {
+        return;
+    };
+    let ours = wire::parse(data);
+    let k = &ours.meta.keys;
+    let (src, dst, dscp, ecn, proto, label) = match &theirs.net {
+        Some(NetSlice::Ipv4(v4)) => {
+            let h = v4.header();
+            (
+                h.source_addr().to_ipv6_mapped().octets(),
+                h.destination_addr().to_ipv6_mapped().octets(),
+                h.dcp().value(),
+                h.ecn().value(),
+                v4.payload().ip_number.0,
+                0,
+            )
+        }
+        Some(NetSlice::Ipv6(v6)) => {
+            let h = v6.header();
+            (
+                h.source_addr().octets(),
+                h.destination_addr().octets(),
+                h.dscp().value(),
+                h.ecn().value(),
+                v6.payload().ip_number.0,
+                h.flow_label().value(),
+            )
+        }
+        Some(NetSlice::Arp(_)) => {
+            assert_eq!(ours.meta.dscp, wire::ARP_DSCP);
+            return;
+        }
+        None => return,
+    };
+    // etherparse reads only TCP, UDP, ICMP and IGMP headers; for SCTP, DCCP and UDP-Lite a
+    // transport header too short for the ports is cakewalk's own finding.
+    let unparsed_by_etherparse = !matches!(proto, 1 | 2 | 6 | 17 | 58);
+    if ours.malformed == Some(wire::Malformed::TruncatedL4) && unparsed_by_etherparse {
+        return;
+    }
+    assert_eq!(ours.malformed, None, "etherparse read this frame as IP");
+    assert_eq!((k.src_addr, k.dst_addr), (src, dst));
+    assert_eq!((ours.meta.dscp, ours.meta.ecn), (dscp, ecn));
+    assert_eq!(k.protocol, proto);
+    assert_eq!(k.flow_label, label);
+    match &theirs.transport {
+        Some(TransportSlice::Tcp(t)) => {
+            assert_eq!(
+                (k.src_port, k.dst_port),
+                (t.source_port(), t.destination_port())
+            );
+        }
+        Some(TransportSlice::Udp(u)) => {
+            assert_eq!(
+                (k.src_port, k.dst_port),
+                (u.source_port(), u.destination_port())
+            );
+        }
+        _ => {}
+    }
 }
 
 /// `config_parse`: any text is either refused with an error or loads; a loaded config's

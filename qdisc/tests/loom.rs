@@ -212,3 +212,47 @@ fn two_burst_producers_never_strand_a_packet() {
         check(&q, &wire, 2, 2, dropped);
     });
 }
+
+#[test]
+fn two_queues_syncing_at_once_each_get_between_half_and_all_of_the_rate() {
+    use qdisc::mq::MultiQueue;
+    use qdisc::Rate;
+    model(|| {
+        let rate = Rate::from_bytes_per_sec(1_000);
+        let mq: Arc<MultiQueue<Pkt, Fifo<Pkt>>> = Arc::new(MultiQueue::from_qdiscs(
+            vec![Fifo::new(4), Fifo::new(4)],
+            TxQueueOptions::default(),
+            rate,
+        ));
+        let other = {
+            let mq = Arc::clone(&mq);
+            thread::spawn(move || {
+                let q = mq.queue(1);
+                q.enqueue(
+                    1,
+                    Pkt {
+                        producer: 1,
+                        seq: 0,
+                    },
+                    &PacketMeta::default(),
+                );
+                q.run(1, 8, &mut Vec::new(), |o| o.clear());
+            })
+        };
+        let q = mq.queue(0);
+        q.enqueue(
+            1,
+            Pkt {
+                producer: 0,
+                seq: 0,
+            },
+            &PacketMeta::default(),
+        );
+        q.run(1, 8, &mut Vec::new(), |o| o.clear());
+        other.join().unwrap();
+        for q in mq.queues() {
+            let share = q.stats().share.bytes_per_sec();
+            assert!((500..=1_000).contains(&share), "share {share}");
+        }
+    });
+}

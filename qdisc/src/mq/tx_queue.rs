@@ -716,3 +716,147 @@ impl<P: Packet, Q: MqQdisc<P>> Runner<P, Q> {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::cake::{Cake, CakeConfig};
+    use crate::fifo::Fifo;
+    use crate::testing::{udp_meta, TestPacket};
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn tx_queues_can_be_shared_between_threads() {
+        assert_send_sync::<TxQueue<TestPacket, Fifo<TestPacket>>>();
+        assert_send_sync::<TxQueue<TestPacket, Cake<TestPacket>>>();
+    }
+
+    fn fifo_queue(bypass: bool, capacity: usize) -> TxQueue<TestPacket, Fifo<TestPacket>> {
+        let options = TxQueueOptions {
+            intake_capacity: capacity,
+            bypass,
+            ..TxQueueOptions::default()
+        };
+        TxQueue::new(Fifo::new(64), options)
+    }
+
+    #[test]
+    fn an_idle_queue_bypasses_and_a_held_queue_keeps_arrival_order() {
+        let q = fifo_queue(true, 8);
+        let meta = udp_meta(1, 2, 1, 0);
+        assert!(matches!(
+            q.enqueue(0, TestPacket::new(64, 1, 0), &meta),
+            Intake::Bypass(_)
+        ));
+        // While a runner holds the queue, packets wait in the intake in order.
+        let guard = q.runner.try_lock_idle().unwrap();
+        for seq in 1..4 {
+            assert_eq!(
+                q.enqueue(0, TestPacket::new(64, 1, seq), &meta),
+                Intake::Queued
+            );
+        }
+        drop(guard);
+        // Work is waiting, so the next packet must queue behind it, not bypass.
+        assert_eq!(
+            q.enqueue(0, TestPacket::new(64, 1, 4), &meta),
+            Intake::Queued
+        );
+        let mut out = Vec::new();
+        let r = q.run(0, 16, &mut out, |_| {});
+        assert_eq!(
+            r,
+            RunResult::Ran {
+                sent: 4,
+                next: NextRun::Idle
+            }
+        );
+        let seqs: Vec<u64> = out.iter().map(|p| p.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3, 4]);
+        let s = q.stats();
+        assert_eq!((s.bypassed, s.enqueued, s.dequeued), (1, 4, 4));
+    }
+
+    #[test]
+    fn a_full_intake_hands_the_packet_back_with_its_reason() {
+        let q = fifo_queue(false, 1);
+        let meta = udp_meta(1, 2, 1, 0);
+        let guard = q.runner.try_lock_idle().unwrap();
+        assert_eq!(
+            q.enqueue(0, TestPacket::new(64, 1, 0), &meta),
+            Intake::Queued
+        );
+        let dropped = q.enqueue(0, TestPacket::new(64, 1, 1), &meta);
+        assert!(matches!(
+            dropped,
+            Intake::Dropped(DropReason::IntakeFull, ref p) if p.seq == 1
+        ));
+        drop(guard);
+        assert_eq!(q.stats().drops(DropReason::IntakeFull), 1);
+    }
+
+    #[test]
+    fn a_run_while_another_holds_the_queue_is_busy_and_the_holder_goes_round_again() {
+        let q = fifo_queue(false, 8);
+        let meta = udp_meta(1, 2, 1, 0);
+        let guard = q.runner.lock_or_flag_missed().unwrap();
+        q.enqueue(0, TestPacket::new(64, 1, 0), &meta);
+        assert_eq!(q.run(0, 8, &mut Vec::new(), |_| {}), RunResult::Busy);
+        // The holder sees MISSED and must not let go yet.
+        let guard = guard.try_unlock().unwrap_err();
+        drop(guard);
+        let mut out = Vec::new();
+        assert!(matches!(
+            q.run(0, 8, &mut out, |_| {}),
+            RunResult::Ran { sent: 1, .. }
+        ));
+    }
+
+    #[test]
+    fn a_shaped_queue_says_when_to_run_again() {
+        let config = CakeConfig {
+            rate: Rate::from_bits_per_sec(1_000_000),
+            ..CakeConfig::default()
+        };
+        let q = TxQueue::new(
+            Cake::new(&config).unwrap(),
+            TxQueueOptions {
+                bypass: false,
+                ..TxQueueOptions::default()
+            },
+        );
+        let meta = udp_meta(1, 2, 1, 0);
+        let burst: Vec<(TestPacket, &PacketMeta)> = (0..3)
+            .map(|seq| (TestPacket::new(1000, 1, seq), &meta))
+            .collect();
+        let outcome = q.enqueue_burst(1_000, burst, |_| {});
+        assert_eq!(outcome.queued, 3);
+        assert!(outcome.run_needed);
+        let mut out = Vec::new();
+        match q.run(1_000, 8, &mut out, |_| {}) {
+            RunResult::Ran {
+                sent: 1,
+                next: NextRun::At(t),
+            } => assert!(t > 1_000),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bypassing_burst_needs_no_run() {
+        let q = fifo_queue(true, 8);
+        let meta = udp_meta(1, 2, 1, 0);
+        let burst = (0..4).map(|seq| (TestPacket::new(64, 1, seq), &meta));
+        let mut sent = Vec::new();
+        let outcome = q.enqueue_burst(0, burst, |r| {
+            if let Intake::Bypass(p) = r {
+                sent.push(p.seq);
+            }
+        });
+        assert_eq!(outcome.bypassed, 4);
+        assert!(!outcome.run_needed);
+        assert_eq!(sent, vec![0, 1, 2, 3]);
+        assert_eq!(q.stats().bypassed, 4);
+    }
+}

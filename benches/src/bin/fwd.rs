@@ -159,10 +159,8 @@ fn main() {
         ),
         ("CAKE shaped 1 Gbit", QueueChoice::Cake(shaped_cfg), true),
     ];
-    println!(
-        "{:<28} {:>9} {:>9} {:>10} {:>9} {:>14}",
-        "row", "Mpps", "ns/pkt", "bare Mpps", "vs bare", "delivered"
-    );
+    println!("| row | Mpps | ns/pkt | bare Mpps | vs bare | delivered |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for (name, choice, bypass) in rows {
         if only.as_deref().is_some_and(|o| !name.contains(o)) {
             continue;
@@ -186,13 +184,8 @@ fn main() {
             format!("{:.2} Gbit/s", bps / 1e9)
         };
         println!(
-            "{:<28} {:>9.3} {:>9.1} {:>10.3} {:>9.2} {:>14}",
-            name,
-            m,
-            1e3 / m.max(1e-9),
-            bare,
-            ratio,
-            delivered
+            "| {name} | {m:.3} | {:.1} | {bare:.3} | {ratio:.2} | {delivered} |",
+            1e3 / m.max(1e-9)
         );
     }
 }

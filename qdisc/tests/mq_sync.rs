@@ -131,8 +131,8 @@ enum Source {
     Off,
 }
 
-struct Sim {
-    mq: MultiQueue<Pkt, VirtualShaper>,
+struct Sim<Q: MqQdisc<Pkt> = VirtualShaper> {
+    mq: MultiQueue<Pkt, Q>,
     sources: Vec<Source>,
     credit: Vec<f64>,
     now_ns: u64,
@@ -140,8 +140,14 @@ struct Sim {
     last_delivery_ns: Vec<u64>,
 }
 
-impl Sim {
-    fn new(sources: &[Source], policy: SyncPolicy) -> Sim {
+impl Sim<VirtualShaper> {
+    fn new(sources: &[Source], policy: SyncPolicy) -> Sim<VirtualShaper> {
+        Sim::with_config(sources, policy, &GBIT)
+    }
+}
+
+impl<Q: MqQdisc<Pkt>> Sim<Q> {
+    fn with_config(sources: &[Source], policy: SyncPolicy, config: &Q::Config) -> Sim<Q> {
         let options = TxQueueOptions {
             intake_capacity: 4096,
             bypass: true,
@@ -150,7 +156,7 @@ impl Sim {
                 ..SyncConfig::default()
             },
         };
-        let mq = MultiQueue::from_config(sources.len(), options, &GBIT).unwrap();
+        let mq = MultiQueue::from_config(sources.len(), options, config).unwrap();
         Sim {
             mq,
             sources: sources.to_vec(),
@@ -295,6 +301,29 @@ fn a_bursty_thin_queue_does_not_cost_the_bulk_queue_its_leftover() {
     assert!((ratio - 1.0).abs() < 0.01, "delivered {ratio:.4}");
     let bulk = (wc.delivered[1] as f64, wc.delivered[2] as f64);
     assert!((bulk.0 / bulk.1 - 1.0).abs() < 0.02, "bulk split {bulk:?}");
+}
+
+#[test]
+fn cake_children_hold_the_global_rate_under_equal_and_unequal_demand() {
+    let config = qdisc::cake::CakeConfig {
+        rate: GBIT,
+        diffserv: qdisc::cake::DiffservMode::Besteffort,
+        raw: true,
+        ..qdisc::cake::CakeConfig::default()
+    };
+    for sources in [
+        vec![Source::Greedy; 4],
+        vec![Source::Thin(0.05), Source::Greedy],
+    ] {
+        let mut sim: Sim<qdisc::cake::Cake<Pkt>> =
+            Sim::with_config(&sources, SyncPolicy::WorkConserving, &config);
+        let ratio = sim.aggregate_ratio(20_000_000, 200_000_000);
+        println!("cake {sources:?}: aggregate {ratio:.5}");
+        assert!(
+            (ratio - 1.0).abs() < 0.01,
+            "{sources:?} delivered {ratio:.4}"
+        );
+    }
 }
 
 #[test]

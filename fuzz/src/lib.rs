@@ -82,6 +82,12 @@ pub fn differential(data: &[u8]) {
         }
         Some(NetSlice::Ipv6(v6)) => {
             let h = v6.header();
+            if h.payload_length() == 0 {
+                // etherparse reads a zero payload length as a jumbogram that runs to the end
+                // of the frame; cakewalk reads it as an empty payload (no jumbo option
+                // support), so the transport layer differs by design.
+                return;
+            }
             (
                 h.source_addr().octets(),
                 h.destination_addr().octets(),
@@ -97,10 +103,10 @@ pub fn differential(data: &[u8]) {
         }
         None => return,
     };
-    // etherparse reads only TCP, UDP, ICMP and IGMP headers; for SCTP, DCCP and UDP-Lite a
-    // transport header too short for the ports is cakewalk's own finding.
-    let unparsed_by_etherparse = !matches!(proto, 1 | 2 | 6 | 17 | 58);
-    if ours.malformed == Some(wire::Malformed::TruncatedL4) && unparsed_by_etherparse {
+    // etherparse reads only some transport headers (TCP, UDP, ICMP over the matching IP
+    // version, IGMP); where it did not read one, a transport header too short for cakewalk
+    // (SCTP, DCCP or UDP-Lite ports, ICMP type/code) is cakewalk's own finding.
+    if ours.malformed == Some(wire::Malformed::TruncatedL4) && theirs.transport.is_none() {
         return;
     }
     assert_eq!(ours.malformed, None, "etherparse read this frame as IP");
@@ -195,9 +201,9 @@ mod tests {
     }
 
     #[test]
-    fn artifacts_found_by_earlier_runs_replay_cleanly() {
-        // Crashes that were fixed are kept under artifacts/<target>/ as regression inputs.
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts");
+    fn regressions_found_by_earlier_runs_replay_cleanly() {
+        // Crashes that were fixed are kept under regressions/<target>/ as regression inputs.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
         for (target, body) in [
             ("wire_parse", super::wire_parse as fn(&[u8])),
             ("config_parse", super::config_parse),

@@ -245,7 +245,7 @@ fn control_socket_set_rate_changes_the_rate_and_counters_still_conserve() {
     let sock = ctl_path(dir.path());
     let json = dir.path().join("stats.json");
     let child = cakewalk()
-        .args(["run", "--duration", "5s", "--rate", "20mbit", "--control"])
+        .args(["run", "--duration", "8s", "--rate", "20mbit", "--control"])
         .arg(&sock)
         .arg("--stats-json")
         .arg(&json)
@@ -262,6 +262,12 @@ fn control_socket_set_rate_changes_the_rate_and_counters_still_conserve() {
     std::thread::sleep(Duration::from_millis(2000));
     let reply = forwarder::control::client::send(&sock, "set rate 60mbit").unwrap();
     assert!(reply.starts_with("ok"), "{reply}");
+    let reply = forwarder::control::client::send(&sock, "set overhead 18").unwrap();
+    assert!(reply.starts_with("ok"), "{reply}");
+    let reply = forwarder::control::client::send(&sock, "set diffserv diffserv4").unwrap();
+    assert!(reply.starts_with("ok"), "{reply}");
+    let reply = forwarder::control::client::send(&sock, "set diffserv sideways").unwrap();
+    assert!(reply.starts_with("error"), "{reply}");
     let stats = forwarder::control::client::send(&sock, "stats json").unwrap();
     assert!(stats.contains("\"conservation\""), "{stats}");
     let out = wait_bounded(child, Duration::from_secs(30));
@@ -272,6 +278,11 @@ fn control_socket_set_rate_changes_the_rate_and_counters_still_conserve() {
     let tx_at = |l: &Value| l["ports"][1]["tx_bps"].as_f64().unwrap();
     assert_eq!(rate_at(&lines[0]), 20_000_000);
     assert_eq!(rate_at(lines.last().unwrap()), 60_000_000);
+    let tins = lines.last().unwrap()["queues"][1]["tins"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(tins, 4, "diffserv4 applied live");
     // At 20 Mbit no interval can deliver much more than 20 Mbit; once the rate is 60 Mbit
     // (offered 100 Mbit) an interval well above it shows the new rate is in force. Ratios of
     // the same run, with a generous margin for a busy machine.

@@ -341,3 +341,27 @@ fn set_rate_to_a_new_rate_mid_dequeue_keeps_order_and_packets() {
     assert_eq!(rest_a, rest_b);
     assert_eq!(prefix.len() + rest_a.len(), 240);
 }
+
+#[test]
+fn a_replay_with_the_same_seed_gives_the_same_output() {
+    let run = || {
+        let mut h = Harness::new(cake(shaped(20_000_000, DiffservMode::Diffserv4)));
+        h.log = Some(Vec::new());
+        for f in 0..12u32 {
+            let dscp = [0u8, 8, 34, 46][(f % 4) as usize];
+            let len = 100 + (f as usize * 131) % 1400;
+            h.add(Source::cbr(
+                f,
+                udp_meta(f % 3, f % 5, f, dscp),
+                len,
+                Rate::from_bits_per_sec(4_000_000),
+            ));
+        }
+        h.run_until(2 * SEC);
+        (h.log.take().unwrap(), h.qdisc.stats().dropped_total())
+    };
+    let (a, drops_a) = run();
+    let (b, drops_b) = run();
+    assert!(a.len() > 1000 && drops_a > 0);
+    assert_eq!((a, drops_a), (b, drops_b));
+}

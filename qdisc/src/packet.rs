@@ -8,6 +8,11 @@ pub trait Packet {
     /// Frame length in bytes as seen on the link layer, L2 header included, FCS excluded.
     fn len(&self) -> usize;
 
+    /// Returns true for a zero-length frame (never queued by a sane backend).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Memory footprint charged against the memory limit (the kernel's `skb->truesize`; for a
     /// DPDK mbuf, its buffer size). Defaults to the frame length.
     fn footprint(&self) -> usize {

@@ -365,3 +365,53 @@ fn a_replay_with_the_same_seed_gives_the_same_output() {
     assert!(a.len() > 1000 && drops_a > 0);
     assert_eq!((a, drops_a), (b, drops_b));
 }
+
+/// A worker stalled for 100 ms must not make the shaper burst out the whole stall's worth
+/// of credit afterwards: over the second after the stall it delivers at most the configured
+/// rate plus the catch-up allowance (2 ms of credit).
+#[test]
+fn a_stalled_worker_does_not_make_the_shaper_run_ahead_of_its_rate() {
+    let bits = 100_000_000u64;
+    let mut c = cake(shaped(bits, DiffservMode::Besteffort));
+    let meta = udp_meta(1, 1, 1, 0);
+    let mut seq = 0u64;
+    let mut now = 1_000_000u64;
+    for _ in 0..5000 {
+        c.enqueue(now, TestPacket::new(1500, 1, seq), &meta);
+        seq += 1;
+    }
+    // Busy for 50 ms, then the worker stalls for 100 ms with the queue full.
+    let step = |c: &mut Cake<TestPacket>, now: u64| -> u64 {
+        let mut bytes = 0;
+        while let Dequeue::Packet(p) = c.dequeue(now) {
+            bytes += p.len as u64;
+        }
+        bytes
+    };
+    while now < 51_000_000 {
+        step(&mut c, now);
+        now += 10_000;
+    }
+    now += 100_000_000;
+    let start = now;
+    let mut delivered = 0u64;
+    while now < start + 1_000_000_000 {
+        delivered += step(&mut c, now);
+        // Keep the queue busy.
+        for _ in 0..2 {
+            c.enqueue(now, TestPacket::new(1500, 1, seq), &meta);
+            seq += 1;
+        }
+        now += 10_000;
+    }
+    let allowed = bits / 8 + bits / 8 * 2 / 1000 + 1500;
+    assert!(
+        delivered <= allowed,
+        "delivered {delivered} B in 1 s after a stall; at most {allowed} B allowed"
+    );
+    assert!(
+        delivered as f64 >= 0.99 * (bits / 8) as f64,
+        "delivered {delivered} B: too little"
+    );
+    assert!(c.stats().catch_up_clamps >= 1);
+}

@@ -86,6 +86,8 @@ const ALL_FLOWS: usize = MAX_TINS * FLOWS_PER_TIN;
 const OVERFLOW_TIMEOUT: u32 = 65535;
 /// Autorate waits this long after a reconfigure before changing the rate again.
 const AUTORATE_HOLDOFF_NS: u64 = 250_000_000;
+/// Least credit the shaper may bank while busy (see `Cake::bound_catch_up`).
+const MAX_CATCH_UP_NS: u64 = 2_000_000;
 
 const NIL: u32 = u32::MAX;
 const NIL16: u16 = u16::MAX;
@@ -1002,6 +1004,24 @@ impl<P: Packet> Cake<P> {
         }
     }
 
+    /// Deliberate deviation from sch_cake: bounds how far `time_next_packet` may lag behind
+    /// `now` while busy. The kernel's dequeue runs off a precise watchdog, so its clock never
+    /// lags much and unbounded catch-up is harmless there. A userspace worker can be
+    /// descheduled for milliseconds; unbounded catch-up would then release everything the
+    /// stall "saved" at line rate, and any measurement window that starts after the stall sees
+    /// more than the configured rate. With the bound, the shaper never runs ahead of its rate
+    /// by more than `max(2 ms, 4 MTU times)` of credit: capacity lost to a longer stall is
+    /// lost, as it is on a real link that sat idle.
+    #[inline]
+    fn bound_catch_up(&mut self, now: u64) {
+        let allowance = MAX_CATCH_UP_NS.max(4 * self.rate.duration_ns(u64::from(self.config.mtu)));
+        let floor = now.saturating_sub(allowance);
+        if self.time_next.next_ns < floor {
+            self.time_next.set(floor);
+            self.stats.catch_up_clamps += 1;
+        }
+    }
+
     /// Drops the head of the fattest flow across all tins (sch_cake.c `cake_drop`).
     /// Returns the dropped bytes, or `None` when the heap was stale and must be rebuilt.
     fn drop_fattest(&mut self, now: u64) -> Option<u64> {
@@ -1276,6 +1296,9 @@ impl<P: Packet> Cake<P> {
         'begin: loop {
             if self.qlen == 0 {
                 return Dequeue::Empty;
+            }
+            if !self.rate.is_unlimited() {
+                self.bound_catch_up(now);
             }
             if !self.rate.is_unlimited() && self.time_next.next_ns > now && self.failsafe_next > now
             {

@@ -143,6 +143,9 @@ pub struct CakeStats {
     pub max_adjlen: u32,
     /// Dequeues refused because the shaper had no credit.
     pub overlimits: u64,
+    /// Times the shaper's clock lagged `now` by more than its catch-up allowance and was
+    /// pulled forward (a worker stall; see `Cake::bound_catch_up`).
+    pub catch_up_clamps: u64,
     /// Calls whose `now` was older than one seen before (clamped to it).
     pub clock_clamps: u64,
     /// Packets sent through [`crate::Qdisc::try_bypass`].
@@ -186,6 +189,7 @@ impl CakeStats {
             max_adjlen: 0,
             overlimits: 0,
             clock_clamps: 0,
+            catch_up_clamps: 0,
             bypassed_packets: 0,
             purged_packets: 0,
             drops: [0; 6],

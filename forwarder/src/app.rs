@@ -28,7 +28,26 @@ use crate::port::pcap::{PcapCounters, PcapFrames, PcapRx, PcapSink, PcapTx};
 use crate::port::pool::{Pool, PoolBuf};
 use crate::port::synth::{SynthPlan, SynthRx, SynthStats, SynthTx};
 use crate::port::{PortBuf, PortKind, PortRx, PortSpec, PortTx, PortsConfig};
-use crate::stats::{prometheus, QueueView, Report, Reporter, Sources, StatsConfig};
+use crate::stats::{
+    prometheus, BackendCounters, QueueView, Report, Reporter, Sources, StatsConfig,
+};
+
+/// The `[stats]` section, whether the config holds it typed or as a raw table.
+trait StatsSection {
+    fn stats_config(&self) -> anyhow::Result<StatsConfig>;
+}
+
+impl StatsSection for toml::Table {
+    fn stats_config(&self) -> anyhow::Result<StatsConfig> {
+        section("stats", self)
+    }
+}
+
+impl StatsSection for StatsConfig {
+    fn stats_config(&self) -> anyhow::Result<StatsConfig> {
+        Ok(self.clone())
+    }
+}
 
 /// Reads a typed section out of a raw TOML table (unknown keys are errors).
 fn section<T: DeserializeOwned>(name: &str, table: &toml::Table) -> anyhow::Result<T> {
@@ -196,6 +215,8 @@ pub struct SoftPorts {
     pub ports: EnginePorts<PoolBuf>,
     /// Synth ports' figures.
     pub synth: Vec<(usize, Arc<SynthStats>)>,
+    /// Backend counters of pcap and AF_PACKET ports.
+    pub backend: Vec<(usize, BackendCounters)>,
 }
 
 /// Builds ports A and B from `cfg` with `tx_queues` transmit halves each.
@@ -203,6 +224,7 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
     let mut rx: Vec<Vec<Box<dyn PortRx<Buf = PoolBuf>>>> = Vec::new();
     let mut tx: Vec<Vec<Box<dyn PortTx<Buf = PoolBuf>>>> = Vec::new();
     let mut synth = Vec::new();
+    let mut backend: Vec<(usize, BackendCounters)> = Vec::new();
     // One set of figures for every synth port: generators on one side, sinks on the other.
     let synth_stats = Arc::new(SynthStats::default());
     let specs: [&PortSpec; 2] = [&cfg.a, &cfg.b];
@@ -252,6 +274,19 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                 for _ in 0..tx_queues {
                     ptx.push(Box::new(PcapTx::new(sink.clone(), counters.clone())));
                 }
+                let c = counters;
+                backend.push((
+                    p,
+                    Box::new(move || {
+                        use std::sync::atomic::Ordering::Relaxed;
+                        vec![
+                            ("pcap_read", c.read.load(Relaxed)),
+                            ("pcap_oversize", c.oversize.load(Relaxed)),
+                            ("pcap_written", c.written.load(Relaxed)),
+                            ("pcap_write_errors", c.write_errors.load(Relaxed)),
+                        ]
+                    }),
+                ));
             }
             PortKind::Afpacket => {
                 let mut ac = crate::port::afpacket::AfPacketConfig::new(spec.iface.clone());
@@ -259,6 +294,22 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                 ac.tx_queues = tx_queues;
                 let port = crate::port::afpacket::AfPacketPort::open(&ac, pool)
                     .with_context(|| format!("port {name}: opening '{}'", spec.iface))?;
+                let st = port.stats();
+                backend.push((
+                    p,
+                    Box::new(move || {
+                        let t = st.totals();
+                        vec![
+                            ("rx_oversize", t.rx_oversize),
+                            ("rx_no_buffer", t.rx_no_buffer),
+                            ("rx_kernel_drops", t.rx_kernel_drops),
+                            ("rx_errors", t.rx_errors),
+                            ("tx_kernel_drops", t.tx_kernel_drops),
+                            ("tx_errors", t.tx_errors),
+                            ("tx_full", t.tx_full),
+                        ]
+                    }),
+                ));
                 let (r, t) = port.split();
                 for h in r {
                     prx.push(Box::new(h));
@@ -278,6 +329,7 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
     Ok(SoftPorts {
         ports: EnginePorts { rx, tx, forward },
         synth,
+        backend,
     })
 }
 
@@ -313,7 +365,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         return run_dpdk(&config);
     }
     let soft = build_soft_ports(&config.ports, ecfg.tx_queues)?;
-    supervise(&config, soft.ports, soft.synth, None)
+    supervise(&config, soft.ports, soft.synth, soft.backend, None)
 }
 
 #[cfg(not(feature = "dpdk"))]
@@ -365,6 +417,7 @@ fn run_dpdk(config: &Config) -> anyhow::Result<()> {
         config,
         EnginePorts { rx, tx, forward },
         Vec::new(),
+        Vec::new(),
         Some(hook),
     );
     drop(set);
@@ -376,10 +429,11 @@ fn supervise<P: PortBuf>(
     config: &Config,
     ports: EnginePorts<P>,
     synth: Vec<(usize, Arc<SynthStats>)>,
+    backend: Vec<(usize, BackendCounters)>,
     hook: Option<WorkerHook>,
 ) -> anyhow::Result<()> {
     let ecfg: EngineConfig = config.engine.clone();
-    let scfg: StatsConfig = section("stats", &config.stats)?;
+    let scfg: StatsConfig = config.stats.stats_config()?;
     let timing = ecfg.timing()?;
     let interval_ns = crate::port::synth::parse_duration_ns(&scfg.interval)
         .context("stats.interval")?
@@ -451,6 +505,7 @@ fn supervise<P: PortBuf>(
         engine: running.shared().clone(),
         queues: views,
         synth: synth.clone(),
+        backend,
         handoff: Box::new(handoff_src),
     });
 

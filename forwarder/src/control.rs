@@ -28,7 +28,7 @@ use crate::config::Config;
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// Could not bind the socket.
-    #[error("cannot create control socket '{path}': {source}; set stats.control_socket to a writable path or 'off'")]
+    #[error("cannot create control socket '{path}'; set stats.control_socket to a writable path or 'off'")]
     Bind {
         /// The path.
         path: PathBuf,
@@ -37,7 +37,7 @@ pub enum ControlError {
         source: std::io::Error,
     },
     /// Could not connect (client side).
-    #[error("cannot connect to control socket '{path}': {source}; is cakewalk running with that socket?")]
+    #[error("cannot connect to control socket '{path}'; is cakewalk running with that socket?")]
     Connect {
         /// The path.
         path: PathBuf,
@@ -46,7 +46,7 @@ pub enum ControlError {
         source: std::io::Error,
     },
     /// The exchange failed after connecting.
-    #[error("control socket '{path}' exchange failed: {source}")]
+    #[error("control socket '{path}' exchange failed")]
     Io {
         /// The path.
         path: PathBuf,

@@ -26,7 +26,7 @@ use crate::engine::clock;
 #[derive(Debug, thiserror::Error)]
 pub enum PcapError {
     /// The file could not be opened or read.
-    #[error("cannot read pcap input '{path}': {source}; check the path and permissions")]
+    #[error("cannot read pcap input '{path}'; check the path and permissions")]
     Open {
         /// The file.
         path: PathBuf,

@@ -80,6 +80,20 @@ pub struct Sources {
     pub synth: Vec<(usize, Arc<SynthStats>)>,
     /// Packets handed between workers and not yet sent, per egress.
     pub handoff: Box<dyn Fn(usize) -> u64 + Send + Sync>,
+    /// Backends' own counters (pcap, AF_PACKET), per port: (port index, reader).
+    pub backend: Vec<(usize, BackendCounters)>,
+}
+
+/// Reads one backend's own counters (name, value).
+pub type BackendCounters = Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>;
+
+/// A backend's own counters (what happened below the engine: oversize frames, kernel drops).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BackendReport {
+    /// Port name.
+    pub port: String,
+    /// Counters by name.
+    pub counters: BTreeMap<&'static str, u64>,
 }
 
 /// One port's figures.
@@ -173,6 +187,8 @@ pub struct Report {
     pub drops: BTreeMap<&'static str, u64>,
     /// Synth ports.
     pub synth: Vec<SynthReport>,
+    /// Backend counters.
+    pub backend: Vec<BackendReport>,
     /// The conservation check.
     pub conservation: Conservation,
 }
@@ -294,6 +310,14 @@ impl Reporter {
                 }
             })
             .collect();
+        let backend = s
+            .backend
+            .iter()
+            .map(|(p, read)| BackendReport {
+                port: s.port_names.get(*p).cloned().unwrap_or_default(),
+                counters: read().into_iter().collect(),
+            })
+            .collect();
         let received: u64 = ports.iter().map(|p| p.rx_packets).sum();
         let transmitted: u64 = ports.iter().map(|p| p.tx_packets).sum();
         let conservation = Conservation {
@@ -311,6 +335,7 @@ impl Reporter {
             queues,
             drops: drops_total,
             synth,
+            backend,
             conservation,
         }
     }
@@ -482,6 +507,10 @@ impl Report {
                 fmt_ns(s.delay_ns[2]),
                 fmt_ns(s.delay_ns[3]),
             );
+        }
+        for b in &self.backend {
+            let list: Vec<String> = b.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let _ = writeln!(out, "backend {}: {}", b.port, list.join(", "));
         }
         out.push_str(&self.conservation_line());
         out.push('\n');

@@ -22,7 +22,7 @@ pub enum PrometheusError {
     #[error("prometheus address '{0}' is not loopback; use 127.0.0.1 or set stats.prometheus_public = true")]
     NotLoopback(String),
     /// Binding failed.
-    #[error("cannot listen on '{addr}': {source}; pick a free port")]
+    #[error("cannot listen on '{addr}'; pick a free port")]
     Bind {
         /// The address.
         addr: String,

@@ -517,3 +517,96 @@ impl Report {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(final_report: bool, transmitted: u64) -> Report {
+        let mut drops = BTreeMap::new();
+        drops.insert("aqm", 3);
+        Report {
+            elapsed_s: 2.0,
+            final_report,
+            ports: vec![PortReport {
+                port: "a".into(),
+                rx_packets: 10,
+                rx_bytes: 1000,
+                tx_packets: transmitted,
+                tx_bytes: 700,
+                malformed: 0,
+                rx_bps: 4000.0,
+                tx_bps: 2800.0,
+                tx_pps: 3.5,
+            }],
+            queues: vec![QueueReport {
+                port: "a".into(),
+                queue: 0,
+                bypass: 1,
+                enqueued: 9,
+                dequeued: 6,
+                drops: drops.clone(),
+                queued: 0,
+                rate_bps: 8_000_000,
+                tins: vec![TinSnapshot {
+                    name: "Best Effort".into(),
+                    ..TinSnapshot::default()
+                }],
+            }],
+            drops,
+            synth: Vec::new(),
+            backend: Vec::new(),
+            conservation: Conservation {
+                received: 10,
+                transmitted,
+                dropped: 3,
+                queued: 0,
+                ok: 10 == transmitted + 3,
+            },
+        }
+    }
+
+    #[test]
+    fn the_conservation_line_says_ok_mismatch_or_live() {
+        assert!(report(true, 7).conservation_line().ends_with(": ok"));
+        let bad = report(true, 6).conservation_line();
+        assert!(
+            bad.ends_with("MISMATCH") && bad.contains("(aqm 3)"),
+            "{bad}"
+        );
+        assert!(report(false, 6)
+            .conservation_line()
+            .contains("exact only at exit"));
+        assert!(report(true, 7)
+            .final_text()
+            .starts_with("cakewalk final report"));
+    }
+
+    #[test]
+    fn prometheus_text_uses_cakewalk_names_and_labels() {
+        let text = prometheus::render(&report(true, 7));
+        assert!(
+            text.contains("cakewalk_rx_packets_total{port=\"a\"} 10"),
+            "{text}"
+        );
+        assert!(text.contains("cakewalk_drops_total{port=\"a\",queue=\"0\",reason=\"aqm\"} 3"));
+        assert!(text.contains("tin=\"Best Effort\""));
+        assert!(text.contains("cakewalk_conservation_ok 1"));
+    }
+
+    #[test]
+    fn the_live_line_names_ports_rates_and_drops() {
+        let line = report(false, 7).live_line(Some([1_000, 2_000_000, 0, 0]));
+        assert!(line.contains(" a rx 4.00Kbit"), "{line}");
+        assert!(line.contains("drops aqm=3"), "{line}");
+        assert!(line.contains("p99 2.0ms"), "{line}");
+    }
+
+    #[test]
+    fn stats_table_parses_and_rejects_unknown_keys() {
+        let c: StatsConfig =
+            toml::from_str("interval = \"500ms\"\nprometheus = \"127.0.0.1:9187\"").unwrap();
+        assert_eq!(c.prometheus.as_deref(), Some("127.0.0.1:9187"));
+        assert!(toml::from_str::<StatsConfig>("intervall = \"1s\"").is_err());
+    }
+}

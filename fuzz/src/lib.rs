@@ -71,6 +71,11 @@ pub fn differential(data: &[u8]) {
     let (src, dst, dscp, ecn, proto, label) = match &theirs.net {
         Some(NetSlice::Ipv4(v4)) => {
             let h = v4.header();
+            if h.protocol().0 == 51 {
+                // etherparse walks an AH header after IPv4 (even in non-first fragments);
+                // cakewalk, like the kernel's dissector, keys IPv4 AH packets on protocol 51.
+                return;
+            }
             (
                 h.source_addr().to_ipv6_mapped().octets(),
                 h.destination_addr().to_ipv6_mapped().octets(),

@@ -355,6 +355,23 @@ fn a_queue_going_idle_releases_its_share_within_two_sync_intervals() {
 }
 
 #[test]
+fn switching_the_policy_at_run_time_takes_effect_at_the_next_runs() {
+    let sources = [Source::Thin(0.05), Source::Greedy];
+    let mut sim = Sim::new(&sources, SyncPolicy::WorkConserving);
+    let wc = sim.aggregate_ratio(20_000_000, 100_000_000);
+    sim.mq.set_sync_config(SyncConfig {
+        policy: SyncPolicy::Equal,
+        ..SyncConfig::default()
+    });
+    let equal = sim.aggregate_ratio(1_000_000, 100_000_000);
+    sim.mq.set_sync_config(SyncConfig::default());
+    let back = sim.aggregate_ratio(1_000_000, 100_000_000);
+    println!("policy switch: {wc:.4} -> {equal:.4} -> {back:.4}");
+    assert!((wc - 1.0).abs() < 0.01 && (back - 1.0).abs() < 0.01);
+    assert!(equal < 0.6, "equal delivered {equal:.4}");
+}
+
+#[test]
 fn a_global_rate_change_reaches_every_queue_at_its_next_run() {
     let mut sim = Sim::new(&[Source::Greedy; 4], SyncPolicy::WorkConserving);
     sim.run_for(5_000_000);

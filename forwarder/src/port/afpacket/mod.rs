@@ -525,9 +525,9 @@ impl Drop for AfPacketRx {
         if t.oversize > 0 {
             eprintln!(
                 "warning: afpacket '{iface}' rx queue {q}: dropped {} frames longer than the \
-                 {}-byte buffers (GRO/GSO super-frames?); turn offloads off on the hosts sending \
-                 into '{iface}' (ethtool -K DEV tx off tso off gso off gro off) or raise \
-                 ports.buffer_size",
+                 {}-byte buffers (GRO/GSO super-frames?); turn GRO off on '{iface}' \
+                 (ethtool -K {iface} gro off) and offloads off on the hosts sending into it \
+                 (ethtool -K DEV tx off tso off gso off gro off), or raise ports.buffer_size",
                 t.oversize,
                 self.pool.buf_size()
             );

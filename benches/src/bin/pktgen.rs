@@ -26,7 +26,7 @@ use cakewalk_benches::report::{load_average, machine_line, update_section, utc_n
 use clap::Parser;
 use qdisc::cake::{Cake, CakeConfig, FlowMode};
 use qdisc::fifo::Fifo;
-use qdisc::mq::{Intake, MqQdisc, NextRun, RunResult, TxQueue, TxQueueOptions};
+use qdisc::mq::{Intake, MqQdisc, MultiQueue, NextRun, RunResult, TxQueue, TxQueueOptions};
 use qdisc::{FlowKeys, L3Kind, Packet, PacketMeta, Rate};
 
 /// Enqueue throughput of one TX queue: bare loop vs FIFO vs CAKE, with and without bypass.
@@ -58,6 +58,10 @@ struct Args {
     /// The bare loop always runs, as the reference.
     #[arg(long, value_delimiter = ',')]
     rows: Vec<usize>,
+    /// Give each thread its own TX queue (cake_mq over one shared rate) instead of one queue
+    /// shared by all threads.
+    #[arg(long)]
+    queue_per_thread: bool,
     /// Write the table into the `pktgen` section of BENCHMARKS.md (repository root).
     #[arg(long)]
     write: bool,
@@ -131,6 +135,7 @@ struct Bench {
     metas: Vec<PacketMeta>,
     cores: Vec<core_affinity::CoreId>,
     cake: CakeConfig,
+    queue_per_thread: bool,
 }
 
 fn metas(flows: usize) -> Vec<PacketMeta> {
@@ -165,21 +170,22 @@ impl Bench {
         };
         let (counts, drained, qdisc_drops) = match setup {
             Setup::Bare => (
-                self.threads(threads, |stop, warm| self.bare(stop, warm)),
+                self.threads(threads, |_, stop, warm| self.bare(stop, warm)),
                 0,
                 0,
             ),
             Setup::Fifo { bypass } => {
-                let q = TxQueue::new(Fifo::new(10_000), options(bypass));
-                let counts = self.threads(threads, |stop, warm| self.queue(&q, stop, warm));
-                let (drained, drops) = drain(&q, last_now(&counts));
-                (counts, drained, drops)
+                let qdiscs = (0..self.queues(threads))
+                    .map(|_| Fifo::new(10_000))
+                    .collect();
+                self.run_queues(threads, qdiscs, options(bypass), Rate::UNLIMITED)
             }
             Setup::Cake { bypass } => {
-                let q = TxQueue::new(Cake::new(&self.cake)?, options(bypass));
-                let counts = self.threads(threads, |stop, warm| self.queue(&q, stop, warm));
-                let (drained, drops) = drain(&q, last_now(&counts));
-                (counts, drained, drops)
+                let mut qdiscs = Vec::new();
+                for _ in 0..self.queues(threads) {
+                    qdiscs.push(Cake::new(&self.cake)?);
+                }
+                self.run_queues(threads, qdiscs, options(bypass), self.cake.rate)
             }
         };
         let mut mpps = 0.0;
@@ -204,10 +210,41 @@ impl Bench {
         })
     }
 
+    /// One queue shared by all threads, or one per thread with `--queue-per-thread`.
+    fn queues(&self, threads: usize) -> usize {
+        if self.queue_per_thread {
+            threads
+        } else {
+            1
+        }
+    }
+
+    /// Runs the threads against a `MultiQueue` of `qdiscs` (thread `i` feeds queue
+    /// `i % queues`), then drains every queue.
+    fn run_queues<Q: MqQdisc<Frame>>(
+        &self,
+        threads: usize,
+        qdiscs: Vec<Q>,
+        options: TxQueueOptions,
+        rate: Rate,
+    ) -> (Vec<[Counts; 2]>, u64, u64) {
+        let mq = MultiQueue::from_qdiscs(qdiscs, options, rate);
+        let counts = self.threads(threads, |i, stop, warm| {
+            self.queue(mq.queue(i % mq.len()), stop, warm)
+        });
+        let (mut drained, mut drops) = (0, 0);
+        for q in mq.queues() {
+            let (d, x) = drain(q, last_now(&counts));
+            drained += d;
+            drops += x;
+        }
+        (counts, drained, drops)
+    }
+
     /// Starts `threads` pinned threads running `work(stop, warmup_done)` together.
     fn threads<F>(&self, threads: usize, work: F) -> Vec<[Counts; 2]>
     where
-        F: Fn(&AtomicBool, &Barrier) -> [Counts; 2] + Sync,
+        F: Fn(usize, &AtomicBool, &Barrier) -> [Counts; 2] + Sync,
     {
         let stop = AtomicBool::new(false);
         let start = Barrier::new(threads + 1);
@@ -222,7 +259,7 @@ impl Bench {
                             core_affinity::set_for_current(core);
                         }
                         start.wait();
-                        work(stop, warm)
+                        work(i, stop, warm)
                     })
                 })
                 .collect();
@@ -387,9 +424,10 @@ fn run() -> Result<()> {
         metas: metas(args.flows),
         cores: core_affinity::get_core_ids().unwrap_or_default(),
         cake,
+        queue_per_thread: args.queue_per_thread,
     };
     let header = format!(
-        "pktgen: {} ({}); load {}; {} s x {} reps per row, burst {}, {} flows, CAKE rate {}",
+        "pktgen: {} ({}); load {}; {} s x {} reps per row, burst {}, {} flows, CAKE rate {}, {}",
         machine_line(),
         utc_now(),
         load_average(),
@@ -397,7 +435,12 @@ fn run() -> Result<()> {
         args.reps,
         args.burst,
         args.flows,
-        bench.cake.rate
+        bench.cake.rate,
+        if args.queue_per_thread {
+            "one queue per thread (cake_mq)"
+        } else {
+            "one queue for all threads"
+        }
     );
     println!("{header}");
     let mut table = Table::new(&[
@@ -442,21 +485,32 @@ fn run() -> Result<()> {
     let markdown = table.to_markdown();
     print!("{markdown}");
     if args.write {
+        let cli = &args;
         let args: Vec<String> = std::env::args().skip(1).collect();
         let body = format!(
-            "## pktgen: enqueue throughput of one TxQueue (seed 001)\n\n{header}\n\n\
+            "## pktgen: enqueue throughput of {} (seed 001)\n\n{header}\n\n\
              Command: `cargo run --release -p cakewalk-benches --bin pktgen -- {}`\n\n\
              {markdown}\n\
              Frames are 64 bytes. `drops` are frames offered beyond what the queue could take \
              (intake full), counted, never lost. With 2 threads both feed one queue, so they \
              contend for its runner lock and intake. The machine is shared: compare rows of \
              one run (ratios), not runs.\n",
+            if cli.queue_per_thread {
+                "one TxQueue per thread over one shared rate (cake_mq)"
+            } else {
+                "one TxQueue"
+            },
             args.join(" ")
         );
         let path = cakewalk_benches::repo_root().join("BENCHMARKS.md");
-        update_section(&path, "pktgen", &body)
+        let section = if cli.queue_per_thread {
+            "pktgen-mq"
+        } else {
+            "pktgen"
+        };
+        update_section(&path, section, &body)
             .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote the pktgen section of {}", path.display());
+        println!("wrote the {section} section of {}", path.display());
     }
     Ok(())
 }
@@ -473,6 +527,7 @@ mod tests {
             metas: metas(64),
             cores: core_affinity::get_core_ids().unwrap_or_default(),
             cake: CakeConfig::default(),
+            queue_per_thread: false,
         }
     }
 
@@ -486,6 +541,17 @@ mod tests {
                     .expect("row failed its conservation check");
                 assert!(row.mpps > 0.0, "{} sent nothing", setup.name());
             }
+        }
+    }
+
+    #[test]
+    fn queue_per_thread_rows_conserve_frames() {
+        let mut bench = tiny_bench();
+        bench.queue_per_thread = true;
+        for setup in Setup::ALL {
+            bench
+                .row(setup, 2)
+                .expect("row failed its conservation check");
         }
     }
 

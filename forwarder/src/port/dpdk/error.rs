@@ -144,3 +144,48 @@ pub enum PortError {
     #[error("{0}")]
     Invalid(String),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_call_names_the_call_the_port_and_the_reason() {
+        let e = DpdkError {
+            call: "rte_eth_dev_configure",
+            port: Some(0),
+            errno: libc::EINVAL,
+        };
+        assert_eq!(
+            e.to_string(),
+            "rte_eth_dev_configure (port 0) failed: Invalid argument"
+        );
+        let e = DpdkError {
+            call: "rte_thread_register",
+            port: None,
+            errno: libc::ENOMEM,
+        };
+        assert_eq!(
+            e.to_string(),
+            "rte_thread_register failed: Cannot allocate memory"
+        );
+    }
+
+    #[test]
+    fn port_errors_say_what_to_do() {
+        let e = PortError::NotEnoughQueues {
+            port: 1,
+            name: "net_ring0".into(),
+            dir: "RX",
+            max: 1,
+            wanted: 4,
+        };
+        assert_eq!(
+            e.to_string(),
+            "port 1 (net_ring0) supports 1 RX queues but 4 were requested: use fewer worker cores or a NIC with more queues"
+        );
+        assert!(PortError::NoHugepages
+            .to_string()
+            .contains("hugepage-setup reserve --pages 512"));
+    }
+}

@@ -431,6 +431,10 @@ fn errors_body() {
     assert!(err.to_string().contains("exhausted"), "{err}");
     drop(held);
     assert_eq!(pool.in_use(), 0);
+    // 4 million mbufs (~9 GiB) cannot fit in the memory this test gives DPDK.
+    let err = Mempool::new(&eal, "too_big", 4_000_000, -1).unwrap_err();
+    assert!(matches!(err, PortError::MempoolCreate { .. }), "{err}");
+    assert!(err.to_string().contains("hugepage-setup reserve"), "{err}");
     let err = Eal::init(["--no-huge"]).unwrap_err();
     assert!(matches!(err, PortError::EalAlreadyStarted), "{err}");
 }

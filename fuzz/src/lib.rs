@@ -98,7 +98,13 @@ pub fn differential(data: &[u8]) {
                 h.destination_addr().octets(),
                 h.dscp().value(),
                 h.ecn().value(),
-                v6.payload().ip_number.0,
+                // After a non-first fragment header etherparse keeps walking "headers" that
+                // are really fragment data; cakewalk stops there, as the kernel does.
+                if v6.payload().fragmented {
+                    k.protocol
+                } else {
+                    v6.payload().ip_number.0
+                },
                 h.flow_label().value(),
             )
         }
@@ -112,6 +118,13 @@ pub fn differential(data: &[u8]) {
     // version, IGMP); where it did not read one, a transport header too short for cakewalk
     // (SCTP, DCCP or UDP-Lite ports, ICMP type/code) is cakewalk's own finding.
     if ours.malformed == Some(wire::Malformed::TruncatedL4) && theirs.transport.is_none() {
+        return;
+    }
+    if matches!(theirs.net, Some(NetSlice::Ipv6(_)))
+        && matches!(k.protocol, 135 | 139 | 140 | 253 | 254)
+    {
+        // Mobility, HIP, shim6 and experimental headers: etherparse walks past them,
+        // cakewalk (like the kernel's ipv6_ext_hdr()) stops and keys on them.
         return;
     }
     assert_eq!(ours.malformed, None, "etherparse read this frame as IP");

@@ -66,6 +66,15 @@ pub fn differential(data: &[u8]) {
     let Ok(theirs) = SlicedPacket::from_ethernet(data) else {
         return;
     };
+    if theirs
+        .link_exts
+        .iter()
+        .any(|e| !matches!(e, etherparse::LinkExtSlice::Vlan(_)))
+    {
+        // MACsec (802.1AE): etherparse reads through an unencrypted SecTAG; cakewalk, like
+        // the kernel's dissector, treats the frame as non-IP.
+        return;
+    }
     let ours = wire::parse(data);
     let k = &ours.meta.keys;
     let (src, dst, dscp, ecn, proto, label) = match &theirs.net {

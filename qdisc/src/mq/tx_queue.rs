@@ -156,7 +156,9 @@ const MAX_MISSED_ROUNDS: u32 = 8;
 ///   order across threads, since a bypass can only happen once the previous runner's
 ///   packets are out.
 /// * `now_ns` is the caller's monotonic clock, read once per burst; an older value than one
-///   seen before is clamped.
+///   seen before is clamped. A packet that waited in the intake enters the qdisc with the
+///   runner's `now_ns`, so the qdisc's sojourn time starts at the drain (the intake holds at
+///   most one run's worth of packets; the qdisc's clock never goes backwards).
 ///
 /// # Bypass (Linux `TCQ_F_CAN_BYPASS`, c4fef01ba479)
 /// A packet takes the bypass only when the runner lock is free, the intake is empty and the

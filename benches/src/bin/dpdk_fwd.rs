@@ -82,6 +82,10 @@ mod imp {
         /// Print the table as JSON too.
         #[arg(long)]
         json: bool,
+        /// Run only this inline row once (bare, parse, fifo+bypass, fifo, cake, cake+bypass),
+        /// e.g. under `perf record`.
+        #[arg(long)]
+        only: Option<String>,
     }
 
     /// A row's per-packet work.
@@ -436,6 +440,24 @@ mod imp {
         };
         // Warm up caches, the pcap replay and the branch predictors.
         let _ = measure(&mut ports, Kind::Bare, 0.3)?;
+        if let Some(only) = &args.only {
+            let kind = match only.as_str() {
+                "bare" => Kind::Bare,
+                "parse" => Kind::Parse,
+                "fifo+bypass" => Kind::Fifo { bypass: true },
+                "fifo" => Kind::Fifo { bypass: false },
+                "cake" => Kind::Cake { bypass: false, rate: None },
+                "cake+bypass" => Kind::Cake { bypass: true, rate: None },
+                other => bail!("--only '{other}' is not a row; try bare, parse, fifo+bypass, fifo, cake or cake+bypass"),
+            };
+            let c = measure(&mut ports, kind, args.seconds)?;
+            println!(
+                "{only}: {:.2} Mpps ({:.1} ns/pkt)",
+                c.mpps(),
+                1e3 / c.mpps()
+            );
+            return Ok(());
+        }
         const CAKE: usize = 4; // index of the unshaped, no-bypass CAKE row below
         const SHAPED: usize = 6; // index of the shaped CAKE row
 

@@ -78,6 +78,9 @@ struct Args {
     /// UDP payload bytes per datagram (1472 makes 1514-byte frames).
     #[arg(long, default_value_t = 1472)]
     len: u32,
+    /// Repetitions per row; the row reports the median (and the spread in its note).
+    #[arg(long, default_value_t = 1)]
+    reps: u32,
     /// The cakewalk binary (built with `cargo build --release -p forwarder`).
     #[arg(long)]
     cakewalk: Option<PathBuf>,
@@ -164,7 +167,10 @@ fn run(mut args: Args) -> Result<()> {
         }
     }
     let stop = install_stop_flag();
-    let per_row = args.warmup + args.window + 4.0;
+    if !(1..=9).contains(&args.reps) {
+        bail!("--reps {} is out of range; use 1..9", args.reps);
+    }
+    let per_row = (args.warmup + args.window + 4.0) * f64::from(args.reps);
     let rows_n = rates.len() * shapers.len();
     let bound = per_row * rows_n as f64 + 5.0;
     eprintln!(
@@ -191,21 +197,26 @@ fn run(mut args: Args) -> Result<()> {
                 break;
             }
             progress.step(&format!("{} at {}", shaper.name(), tc_rate(rate)));
-            let row = measure(
-                &mut lab,
-                &args,
-                cakewalk.as_deref(),
-                (&na, &nr, &nb),
-                shaper,
-                rate,
-            )
-            .unwrap_or_else(|e| Row {
-                shaper,
-                configured: rate,
-                measured: None,
-                offered: None,
-                note: format!("failed: {e:#}"),
-            });
+            let mut runs: Vec<Row> = (0..args.reps)
+                .map(|_| {
+                    measure(
+                        &mut lab,
+                        &args,
+                        cakewalk.as_deref(),
+                        (&na, &nr, &nb),
+                        shaper,
+                        rate,
+                    )
+                    .unwrap_or_else(|e| Row {
+                        shaper,
+                        configured: rate,
+                        measured: None,
+                        offered: None,
+                        note: format!("failed: {e:#}"),
+                    })
+                })
+                .collect();
+            let row = median_row(&mut runs);
             progress.println(&format!(
                 "{:<26} {:>9}  measured {:>10} Mbit/s  error {:>8}  offered {:>10} Mbit/s {}",
                 shaper.name(),
@@ -277,6 +288,32 @@ fn kernel_qdisc(lab: &Lab, nr: &str, shaper: Shaper, rate: u64) -> Result<(), La
         }
         Shaper::Cake => Ok(()),
     }
+}
+
+/// Returns the run with the median measured rate; with several runs its note gives the
+/// spread (max - min) relative to the rate. A failed run wins, so failures are never hidden.
+fn median_row(runs: &mut Vec<Row>) -> Row {
+    if let Some(i) = runs.iter().position(|r| r.measured.is_none()) {
+        return runs.swap_remove(i);
+    }
+    let n = runs.len();
+    let values: Vec<f64> = runs.iter().filter_map(|r| r.measured).collect();
+    let (lo, hi) = values
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+    runs.sort_by(|a, b| {
+        a.measured
+            .unwrap_or(0.0)
+            .total_cmp(&b.measured.unwrap_or(0.0))
+    });
+    let mut row = runs.swap_remove(n / 2);
+    if n > 1 {
+        let spread = (hi - lo) / row.configured as f64 * 100.0;
+        row.note = format!("median of {n}, spread {spread:.3} %; {}", row.note)
+            .trim_end_matches("; ")
+            .to_string();
+    }
+    row
 }
 
 fn measure(
@@ -472,4 +509,33 @@ fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
         eprintln!("wrote {} and {}", md.display(), png.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(m: Option<f64>) -> Row {
+        Row {
+            shaper: Shaper::Htb,
+            configured: 100_000_000,
+            measured: m,
+            offered: None,
+            note: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_median_run_is_reported_with_its_spread() {
+        let mut v = vec![row(Some(99e6)), row(Some(101e6)), row(Some(100e6))];
+        let r = median_row(&mut v);
+        assert_eq!(r.measured, Some(100e6));
+        assert_eq!(r.note, "median of 3, spread 2.000 %");
+    }
+
+    #[test]
+    fn a_failed_repetition_is_never_hidden_by_the_median() {
+        let mut v = vec![row(Some(99e6)), row(None), row(Some(100e6))];
+        assert!(median_row(&mut v).measured.is_none());
+    }
 }

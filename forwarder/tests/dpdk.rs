@@ -774,8 +774,12 @@ impl Lab {
     }
 
     fn up() -> Lab {
+        // Unique per process and per lab, so parallel tests never share a namespace; short
+        // enough that "<prefix>a0" fits the 15-byte interface name limit.
+        static LABS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = LABS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 10;
         let lab = Lab {
-            prefix: format!("cwd{}", std::process::id() % 1_000_000),
+            prefix: format!("cwd{}{n}", std::process::id() % 1_000_000),
         };
         for ns in ["a", "b", "f"] {
             run(&["ip", "netns", "add", &lab.ns(ns)]);

@@ -501,14 +501,16 @@ impl<P: PortBuf> Worker<P> {
                     let mut malformed = 0u64;
                     for pkt in burst.drain(..) {
                         bytes += pkt.len() as u64;
-                        let parsed = crate::wire::parse(pkt.data());
+                        // Used in place: copying the metadata out costs more than the rest
+                        // of the per-packet work here.
+                        let mut parsed = crate::wire::parse(pkt.data());
                         malformed += u64::from(parsed.malformed.is_some());
-                        let mut meta = parsed.meta;
                         if let Some(h) = pkt.rss_hash() {
-                            meta.l4_hash = Some(h);
+                            parsed.meta.l4_hash = Some(h);
                         }
-                        let e = slot.out * nq + queue_for(&meta, nq);
-                        match self.shapers[e].offer(now, pkt, &meta) {
+                        let meta = &parsed.meta;
+                        let e = slot.out * nq + queue_for(meta, nq);
+                        match self.shapers[e].offer(now, pkt, meta) {
                             Intake::Queued => {}
                             // Counted by the queue itself.
                             Intake::Dropped(_, p) => drop(p),

@@ -467,6 +467,12 @@ fn ecn_body() {
         f
     });
     assert!(!not_ect.set_ce(), "a Not-ECT packet is left alone");
+    // The RSS hash is reported only while the NIC flag says it is valid (seed 002).
+    assert_eq!(m.rss_hash(), None);
+    m.set_rss(Some(0xdead_beef));
+    assert_eq!(m.rss_hash(), Some(0xdead_beef));
+    m.set_rss(None);
+    assert_eq!(m.rss_hash(), None);
 }
 
 fn dpdk_sys_buf_len() -> u32 {
@@ -521,8 +527,8 @@ fn an_unknown_vdev_driver_fails_eal_init_with_a_hint() {
 
 #[test]
 #[ignore = "needs root and DPDK; run by scripts/test dpdk"]
-fn mbufs_mark_ecn_in_place() {
-    scenario("mbufs_mark_ecn_in_place", ecn_body);
+fn mbufs_mark_ecn_in_place_and_report_rss_hashes() {
+    scenario("mbufs_mark_ecn_in_place_and_report_rss_hashes", ecn_body);
 }
 
 /// Writes `in.pcap` with frames of varied sizes and flows into `dir`; returns the frames.

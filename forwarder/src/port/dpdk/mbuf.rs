@@ -73,6 +73,21 @@ impl Mbuf {
         }
     }
 
+    /// Sets (or clears) the RSS hash the way a NIC does, with `RTE_MBUF_F_RX_RSS_HASH`: for
+    /// software sources that compute their own flow hash, and for tests.
+    pub fn set_rss(&mut self, hash: Option<u32>) {
+        let flag = u64::from(dpdk_sys::RTE_MBUF_F_RX_RSS_HASH);
+        // SAFETY: the mbuf is valid and uniquely owned (&mut self); plain field writes.
+        let m = unsafe { self.0.as_mut() };
+        match hash {
+            Some(h) => {
+                m.ol_flags |= flag;
+                m.__bindgen_anon_2.hash.rss = h;
+            }
+            None => m.ol_flags &= !flag,
+        }
+    }
+
     /// The port the mbuf was received on.
     pub fn port(&self) -> u16 {
         self.raw().port

@@ -55,6 +55,18 @@ pub enum TcError {
         /// The second one.
         second: String,
     },
+    /// An option the named qdisc refuses (`cake_mq` has no `autorate-ingress`).
+    #[error(
+        "cake option '{option}' is not supported by {qdisc} (the kernel refuses it too); {fix}"
+    )]
+    Unsupported {
+        /// The option.
+        option: &'static str,
+        /// The qdisc kind.
+        qdisc: &'static str,
+        /// What to do instead.
+        fix: &'static str,
+    },
     /// `help` was asked for.
     #[error("{}", USAGE)]
     Help,

@@ -55,6 +55,16 @@ pub fn to_toml(input: &str) -> Result<String, TcError> {
     let words = option_words(input)?;
     let mut options = CakeOptions::default();
     options.apply_words(&words)?;
+    // "cake_mq" can only be the qdisc kind here: as an option word it would have failed.
+    let is_cake_mq = input.split_whitespace().any(|w| w == "cake_mq");
+    if is_cake_mq && options.autorate_ingress == Some(true) {
+        // tc-testing cake_mq 5f62: the kernel rejects autorate-ingress on cake_mq.
+        return Err(TcError::Unsupported {
+            option: "autorate-ingress",
+            qdisc: "cake_mq",
+            fix: "give a fixed 'bandwidth' instead",
+        });
+    }
     Ok(render(&options, &words.join(" ")))
 }
 
@@ -214,6 +224,16 @@ mod tests {
         }
         let e = to_toml("tc qdisc add dev eth0 root fq_codel").unwrap_err();
         assert!(e.to_string().contains("'fq_codel'"));
+    }
+
+    #[test]
+    fn cake_mq_refuses_autorate_ingress_like_the_kernel() {
+        let e = to_toml("tc qdisc add dev eth0 root cake_mq autorate-ingress")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not supported by cake_mq"), "{e}");
+        assert!(to_toml("tc qdisc add dev eth0 root cake_mq bandwidth 1gbit diffserv4").is_ok());
+        assert!(to_toml("tc qdisc add dev eth0 root cake autorate-ingress").is_ok());
     }
 
     #[test]

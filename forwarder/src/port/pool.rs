@@ -171,6 +171,56 @@ impl Pool {
         })
     }
 
+    /// Appends up to `n` buffers holding empty frames to `out` (one cache access for the
+    /// lot); returns how many it appended, fewer when the pool runs dry.
+    pub fn alloc_burst(&self, out: &mut Vec<PoolBuf>, n: usize) -> usize {
+        let inner = self.inner;
+        if inner.cache_max == 0 {
+            return (0..n)
+                .map_while(|_| self.alloc().map(|b| out.push(b)))
+                .count();
+        }
+        let got = CACHES.try_with(|c| {
+            let mut c = c.borrow_mut();
+            let i = match c.iter().position(|l| std::ptr::eq(l.pool, inner)) {
+                Some(i) => i,
+                None => {
+                    c.push(LocalCache {
+                        pool: inner,
+                        bufs: Vec::with_capacity(inner.cache_max),
+                    });
+                    c.len() - 1
+                }
+            };
+            let cache = &mut c[i];
+            let mut got = 0;
+            while got < n {
+                if cache.bufs.is_empty() {
+                    for _ in 0..inner.cache_max / 2 {
+                        match inner.free.pop() {
+                            Some(b) => cache.bufs.push(b),
+                            None => break,
+                        }
+                    }
+                }
+                let Some(buf) = cache.bufs.pop() else { break };
+                out.push(PoolBuf {
+                    buf,
+                    len: 0,
+                    pool: inner,
+                });
+                got += 1;
+            }
+            got
+        });
+        match got {
+            Ok(g) => g,
+            Err(_) => (0..n)
+                .map_while(|_| self.alloc().map(|b| out.push(b)))
+                .count(),
+        }
+    }
+
     /// Takes a buffer and copies `frame` into it; `None` when the pool is empty or the frame
     /// is larger than a buffer.
     #[inline]
@@ -296,6 +346,19 @@ mod tests {
         assert!(pool.alloc().is_none());
         drop(held);
         assert!(pool.alloc().is_some());
+    }
+
+    #[test]
+    fn a_burst_allocation_stops_when_the_pool_runs_dry() {
+        for size in [8, 4096] {
+            let pool = Pool::new(size, 64);
+            let mut out = Vec::new();
+            assert_eq!(pool.alloc_burst(&mut out, 5), 5);
+            assert_eq!(pool.alloc_burst(&mut out, size), size - 5);
+            assert!(pool.alloc().is_none());
+            out.clear();
+            assert_eq!(pool.available(), size);
+        }
     }
 
     #[test]

@@ -681,30 +681,45 @@ impl PortRx for SynthRx {
             }
             credit = (earned.saturating_sub(self.spent_bytes)).min(u128::from(u64::MAX)) as u64;
         }
-        let mut n = 0;
-        while n < max && self.sent_packets < self.packet_limit {
-            let Some(mut buf) = self.pool.alloc() else {
-                self.pool_empty += 1;
-                break;
+        // How many frames the bucket and the limits allow, then all their buffers at once.
+        let mut want = 0usize;
+        let (mut fi, mut si) = (self.next_flow, self.next_size);
+        let left = self.packet_limit - self.sent_packets;
+        while want < max && (want as u64) < left {
+            let min = if self.flows[fi].v6 {
+                MIN_FRAME_V6
+            } else {
+                MIN_FRAME_V4
             };
-            // Peek the next length without consuming it when the bucket is short.
-            let v6 = self.flows[self.next_flow].v6;
-            let min = if v6 { MIN_FRAME_V6 } else { MIN_FRAME_V4 };
-            let want = self.plan.sizes[self.next_size]
-                .max(min)
-                .min(self.pool.buf_size()) as u64;
-            if want > credit {
+            let len = self.plan.sizes[si].max(min).min(self.pool.buf_size()) as u64;
+            if len > credit {
                 break;
             }
-            let len = self.build(&mut buf, now) as u64;
             credit -= len;
+            want += 1;
+            fi = if fi + 1 == self.flows.len() {
+                0
+            } else {
+                fi + 1
+            };
+            si = if si + 1 == self.plan.sizes.len() {
+                0
+            } else {
+                si + 1
+            };
+        }
+        let start = burst.len();
+        let n = self.pool.alloc_burst(burst, want);
+        if n < want {
+            self.pool_empty += 1;
+        }
+        for buf in &mut burst[start..] {
+            let len = self.build(buf, now) as u64;
             if self.rate_bytes_per_s != 0 {
                 self.spent_bytes += u128::from(len);
             }
             self.sent_packets += 1;
             self.sent_bytes += len;
-            burst.push(buf);
-            n += 1;
         }
         if self.sent_packets >= self.packet_limit {
             self.finished = true;

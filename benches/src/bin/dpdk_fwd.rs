@@ -82,6 +82,12 @@ mod imp {
         /// Print the table as JSON too.
         #[arg(long)]
         json: bool,
+        /// Rewrite the `dpdk` section of BENCHMARKS.md with this run's table.
+        #[arg(long)]
+        write: bool,
+        /// The BENCHMARKS.md that `--write` updates (default: the workspace's).
+        #[arg(long)]
+        benchmarks: Option<PathBuf>,
         /// Run only this inline row once (bare, parse, fifo+bypass, fifo, cake, cake+bypass),
         /// e.g. under `perf record`.
         #[arg(long)]
@@ -398,12 +404,14 @@ mod imp {
         let pcap: PathBuf =
             std::env::temp_dir().join(format!("dpdk_fwd-{}.pcap", std::process::id()));
         write_pcap(&pcap, args.flows, args.frame)?;
-        let result = bench(&args, &pcap);
+        // Before EAL init pins this thread to one core (which would make it count 1 core).
+        let machine = cakewalk_benches::report::machine_line();
+        let result = bench(&args, &pcap, &machine);
         let _ = std::fs::remove_file(&pcap);
         result
     }
 
-    fn bench(args: &Args, pcap: &std::path::Path) -> anyhow::Result<()> {
+    fn bench(args: &Args, pcap: &std::path::Path, machine: &str) -> anyhow::Result<()> {
         let mut eal_args = vec![
             "-l".to_string(),
             args.core.to_string(),
@@ -568,6 +576,56 @@ mod imp {
             engine_med[0] / base,
             engine_med[1] / base,
         );
+        if args.write {
+            let mut t = cakewalk_benches::report::Table::new(&[
+                "row",
+                "Mpps (median)",
+                "ns/packet",
+                "ratio to bare",
+            ]);
+            for (name, mpps) in &table {
+                t.push(vec![
+                    name.clone(),
+                    format!("{mpps:.2}"),
+                    format!("{:.1}", 1e3 / mpps),
+                    format!("{:.3}", mpps / base),
+                ]);
+            }
+            let body = format!(
+                "## DPDK forwarding, one core (`benches/src/bin/dpdk_fwd.rs`)\n\n\
+                 dpdk_fwd: {} ({}); load {}; {} s x {} reps per row, interleaved; {}-byte frames ({} on the wire), {} flows, burst {BURST}; \
+                 `net_pcap,infinite_rx=1` -> `net_null` on one pinned core\n\n\
+                 Command: `sudo hugepage-setup reserve --pages 512 && cargo run --release -p cakewalk-benches --features dpdk --bin dpdk_fwd -- --seconds {} --reps {} --write`\n\n{}\n\
+                 Inline rows run the per-packet work of the engine in one loop (parse, one `qdisc::mq::TxQueue`, tx burst); \
+                 engine rows run the forwarder's own engine (one busy-polling worker). The shaped row asks for 90 % of what \
+                 unshaped CAKE carried in a calibration run. Goals (perf-anchors.md): G1 FIFO+bypass/bare >= 0.80, \
+                 G2 FIFO+bypass/FIFO >= 1.20, G4 CAKE/bare >= 0.40. This run: G1 {:.3} (engine {:.3}), G2 {:.3}, G4 {:.3} (engine {:.3}), \
+                 shaped delivered/configured {:.4}. The machine is shared: compare rows of one run (ratios), not runs.",
+                machine,
+                cakewalk_benches::report::utc_now(),
+                cakewalk_benches::report::load_average(),
+                args.seconds,
+                args.reps,
+                args.frame,
+                args.frame + 4,
+                args.flows,
+                args.seconds,
+                args.reps,
+                t.to_markdown(),
+                med[2] / base,
+                engine_med[0] / base,
+                med[2] / med[3],
+                med[CAKE] / base,
+                engine_med[1] / base,
+                shaped_med * 1e6 / target_pps
+            );
+            let path = args.benchmarks.clone().unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md")
+            });
+            cakewalk_benches::report::update_section(&path, "dpdk", &body)
+                .with_context(|| format!("updating {}", path.display()))?;
+            println!("wrote the dpdk section of {}", path.display());
+        }
         if args.json {
             let rows: Vec<serde_json::Value> = table
                 .iter()

@@ -329,3 +329,22 @@ fn engine_and_port_flags_reach_their_sections() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("workerz"), "{}", stderr(&o));
 }
+
+#[test]
+fn from_tc_refuses_autorate_ingress_on_cake_mq() {
+    let o = cakewalk(&[
+        "from-tc",
+        "tc qdisc add dev eth0 root cake_mq autorate-ingress",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("not supported by cake_mq"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cakewalk(&[
+        "from-tc",
+        "tc qdisc add dev eth0 root cake_mq bandwidth 1gbit",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

@@ -440,7 +440,7 @@ fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
     for s in [Shaper::Htb, Shaper::Tbf, Shaper::Cake] {
         let points: Vec<(f64, f64)> = rows
             .iter()
-            .filter(|r| r.shaper == s)
+            .filter(|r| r.shaper == s && !r.note.contains("not saturated"))
             .filter_map(|r| r.error_pct().map(|e| (r.configured as f64 / 1e6, e)))
             .collect();
         if !points.is_empty() {
@@ -452,7 +452,7 @@ fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
     }
     let drawn = line_chart(
         &png,
-        "Shaping accuracy: delivered vs configured (veth, UDP at 1.5x)",
+        "Shaping accuracy: delivered vs configured (veth, UDP at 1.5x; saturated rows)",
         "configured rate (Mbit/s, log)",
         "error (%)",
         &series,

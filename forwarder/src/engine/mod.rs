@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
-use qdisc::mq::{Intake, RunResult};
+use qdisc::mq::{Intake, NextRun, RunResult};
 use qdisc::{DropReason, PacketMeta};
 use serde::Deserialize;
 
@@ -276,6 +276,8 @@ struct TxSlot<P> {
     tx: Box<dyn PortTx<Buf = P>>,
     egress: usize,
     pending: Vec<P>,
+    /// The shaper said it holds its packets until this time: no point running it before.
+    due_ns: u64,
 }
 
 /// The shaper of every egress queue, shared by all workers.
@@ -402,6 +404,7 @@ pub fn start_with_hook<P: PortBuf>(
                 tx,
                 egress: e,
                 pending: Vec::with_capacity(cfg.burst * 4),
+                due_ns: 0,
             });
         }
     }
@@ -480,6 +483,8 @@ impl<P: PortBuf> Worker<P> {
                 break;
             }
             let mut work = 0usize;
+            // The soonest time a shaper releases a held packet (u64::MAX: none holds any).
+            let mut wake_at = u64::MAX;
             // Backpressure: while a port cannot take what this worker already holds for it,
             // stop receiving and let the receive rings absorb (or drop) the excess there.
             let backlogged = self.tx.iter().any(|t| t.pending.len() >= 2 * bs);
@@ -540,7 +545,7 @@ impl<P: PortBuf> Worker<P> {
                 let room = bs.saturating_sub(slot.pending.len());
                 let mut tx_pkts = 0u64;
                 let mut tx_bytes = 0u64;
-                if room > 0 {
+                if room > 0 && now >= slot.due_ns {
                     let before = slot.pending.len();
                     let port_tx = &mut slot.tx;
                     let r = self.shapers[e].run(now, room, &mut slot.pending, &mut |out| {
@@ -557,8 +562,17 @@ impl<P: PortBuf> Worker<P> {
                         tx_pkts += n;
                         tx_bytes += b;
                     });
-                    if let RunResult::Ran { sent, .. } = r {
+                    if let RunResult::Ran { sent, next } = r {
                         local[lp.egress(e, egress::DEQUEUED)] += sent as u64;
+                        slot.due_ns = 0;
+                        match next {
+                            NextRun::Idle => {}
+                            NextRun::Now => wake_at = now,
+                            NextRun::At(t) => {
+                                wake_at = wake_at.min(t);
+                                slot.due_ns = t;
+                            }
+                        }
                     }
                 }
                 while slot.pending.len() < bs * 2 {
@@ -599,8 +613,14 @@ impl<P: PortBuf> Worker<P> {
             match self.idle {
                 IdleMode::Spin => std::hint::spin_loop(),
                 IdleMode::Sleep => {
-                    if idle_iters > 64 {
-                        let us = 10u64 << ((idle_iters - 64) / 64).min(4);
+                    // A shaper holding packets is due soon: never oversleep its release time
+                    // (a late dequeue is bandwidth lost); keep polling when it is closer than
+                    // a sleep's usual overshoot.
+                    let until_due = wake_at.saturating_sub(now);
+                    if until_due < 200_000 {
+                        std::hint::spin_loop();
+                    } else if idle_iters > 64 {
+                        let us = (10u64 << ((idle_iters - 64) / 64).min(4)).min(until_due / 2_000);
                         std::thread::sleep(Duration::from_micros(us));
                     } else {
                         std::hint::spin_loop();

@@ -670,6 +670,25 @@ mod tests {
     }
 
     #[test]
+    fn every_link_and_rtt_keyword_agrees_with_the_qdisc_crate_presets() {
+        // Two independent readings of tc's tables: this parser and qdisc's LinkPreset.
+        for preset in qdisc::cake::LinkPreset::ALL {
+            let mut theirs = CakeConfig::default();
+            preset.apply(&mut theirs);
+            assert_eq!(cfg(preset.name()), theirs, "{}", preset.name());
+        }
+        for preset in qdisc::cake::RttPreset::ALL {
+            let c = cfg(preset.name());
+            assert_eq!(
+                (c.interval_ns, c.target_ns),
+                (preset.interval_ns(), preset.target_ns()),
+                "{}",
+                preset.name()
+            );
+        }
+    }
+
+    #[test]
     fn bandwidth_turns_autorate_off_in_order() {
         assert!(!cfg("autorate-ingress bandwidth 10mbit").autorate_ingress);
         assert!(cfg("bandwidth 10mbit autorate-ingress").autorate_ingress);

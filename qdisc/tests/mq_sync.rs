@@ -116,6 +116,10 @@ impl MqQdisc<Pkt> for VirtualShaper {
     fn config_rate(rate: &Rate) -> Rate {
         *rate
     }
+
+    fn is_rate_only_change(_old: &Rate, _new: &Rate) -> bool {
+        true
+    }
 }
 
 /// What feeds one queue.

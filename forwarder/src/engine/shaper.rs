@@ -99,6 +99,10 @@ impl<P: Packet + Send> MqQdisc<P> for CakeQueue<P> {
     fn config_rate(config: &CakeConfig) -> Rate {
         config.rate
     }
+
+    fn is_rate_only_change(old: &CakeConfig, new: &CakeConfig) -> bool {
+        <Cake<P> as MqQdisc<P>>::is_rate_only_change(old, new)
+    }
 }
 
 impl<P: Packet> TinReport for CakeQueue<P> {

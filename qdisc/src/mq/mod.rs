@@ -89,11 +89,10 @@ pub trait MqQdisc<P: Packet>: Qdisc<P> + Send + Sized {
 
     /// Returns true when `new` differs from `old` in the rate at most, so that
     /// [`MultiQueue::reconfigure`] can take the `set_rate` path (a pure parameter write)
-    /// instead of a full reconfigure. The default says no.
-    fn is_rate_only_change(old: &Self::Config, new: &Self::Config) -> bool {
-        let _ = (old, new);
-        false
-    }
+    /// instead of a full reconfigure. There is deliberately no default: a wrapper that
+    /// forgot to answer would silently turn every rate step into a full reconfigure (the
+    /// regression of seed 000).
+    fn is_rate_only_change(old: &Self::Config, new: &Self::Config) -> bool;
 }
 
 /// N [`TxQueue`]s sharing one configuration and one [`SharedRate`].

@@ -18,6 +18,10 @@
 //! - both runs end with cakewalk's conservation check holding (received = transmitted +
 //!   dropped + queued).
 //!
+//! A performance miss is measured once more on a fresh lab; a second miss fails the test
+//! unless the machine's load average is above twice its core count, when the figures are
+//! reported as inconclusive (exit and conservation checks always apply).
+//!
 //! Root only and `#[ignore]`: run it with `scripts/test lab`. Without root or the tools it says
 //! SKIP and passes. A `Drop` guard removes the namespaces (and whatever runs in them) on
 //! success, failure and panic. Each iperf3 phase is bounded (10 s TCP, 5 s UDP), so the whole
@@ -301,6 +305,22 @@ fn cake_holds_the_shaped_rate_with_low_latency_where_a_plain_fifo_bloats() {
             return;
         }
         if attempt == 2 {
+            // Other work saturating the cores starves the endpoints and the userspace forwarder
+            // alike (the kernel's HTB runs in softirq and is spared): the figures then describe
+            // the machine, not cakewalk, and are reported without failing the test.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let load1: f64 = load
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            if load1 > 2.0 * cores as f64 {
+                println!(
+                    "  INCONCLUSIVE: the machine is busy (load {load1} on {cores} cores); performance checks not enforced: {}",
+                    misses.join("; ")
+                );
+                return;
+            }
             panic!("lab missed twice:\n  {}", misses.join("\n  "));
         }
         println!("  missed ({}); measuring once more", misses.join("; "));

@@ -76,6 +76,21 @@ where
         self.mq.queue(self.i).enqueue(now_ns, pkt, meta)
     }
     #[inline]
+    fn offer_burst(
+        &self,
+        now_ns: u64,
+        pkts: &mut Vec<P>,
+        metas: &[PacketMeta],
+        on_result: &mut dyn FnMut(qdisc::mq::Intake<P>),
+    ) {
+        // One runner-lock round trip for the whole burst.
+        let _ = self.mq.queue(self.i).enqueue_burst(
+            now_ns,
+            pkts.drain(..).zip(metas.iter()),
+            on_result,
+        );
+    }
+    #[inline]
     fn run(
         &self,
         now_ns: u64,

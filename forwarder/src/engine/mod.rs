@@ -472,6 +472,12 @@ impl<P: PortBuf> Worker<P> {
         let mut local = vec![0u64; lp.len()];
         let mut burst: Vec<P> = Vec::with_capacity(bs);
         let mut scratch: Vec<P> = Vec::with_capacity(bs * 4);
+        let mut bpkts: Vec<Vec<P>> = (0..lp.egress_count())
+            .map(|_| Vec::with_capacity(bs))
+            .collect();
+        let mut bmetas: Vec<Vec<PacketMeta>> = (0..lp.egress_count())
+            .map(|_| Vec::with_capacity(bs))
+            .collect();
         let mut unfinished = self.rx.len();
         let mut idle_iters: u32 = 0;
         let shared = self.shared.clone();
@@ -506,33 +512,46 @@ impl<P: PortBuf> Worker<P> {
                     let mut malformed = 0u64;
                     for pkt in burst.drain(..) {
                         bytes += pkt.len() as u64;
-                        // Used in place: copying the metadata out costs more than the rest
-                        // of the per-packet work here.
                         let mut parsed = crate::wire::parse(pkt.data());
                         malformed += u64::from(parsed.malformed.is_some());
                         if let Some(h) = pkt.rss_hash() {
                             parsed.meta.l4_hash = Some(h);
                         }
-                        let meta = &parsed.meta;
-                        let e = slot.out * nq + queue_for(meta, nq);
-                        match self.shapers[e].offer(now, pkt, meta) {
-                            Intake::Queued => {}
-                            // Counted by the queue itself.
-                            Intake::Dropped(_, p) => drop(p),
-                            Intake::Bypass(p) => {
-                                local[lp.egress(e, egress::BYPASS)] += 1;
-                                match self.owned[e] {
-                                    Some(i) => self.tx[i].pending.push(p),
-                                    None => {
-                                        if let Err(p) = self.handoff[e].push(p) {
-                                            drop(p);
-                                            let r = reason_index(DropReason::IntakeFull);
-                                            local[lp.egress(e, egress::DROPS + r)] += 1;
+                        let e = slot.out * nq + queue_for(&parsed.meta, nq);
+                        bpkts[e].push(pkt);
+                        bmetas[e].push(parsed.meta);
+                    }
+                    // One offer per TX queue per burst (per-flow order is kept: a flow maps
+                    // to one queue).
+                    for e in slot.out * nq..(slot.out + 1) * nq {
+                        if bpkts[e].is_empty() {
+                            continue;
+                        }
+                        let owned = self.owned[e];
+                        let tx = &mut self.tx;
+                        let handoff = &self.handoff[e];
+                        let local = &mut local;
+                        self.shapers[e].offer_burst(now, &mut bpkts[e], &bmetas[e], &mut |r| {
+                            match r {
+                                Intake::Queued => {}
+                                // Counted by the queue itself.
+                                Intake::Dropped(_, p) => drop(p),
+                                Intake::Bypass(p) => {
+                                    local[lp.egress(e, egress::BYPASS)] += 1;
+                                    match owned {
+                                        Some(i) => tx[i].pending.push(p),
+                                        None => {
+                                            if let Err(p) = handoff.push(p) {
+                                                drop(p);
+                                                let r = reason_index(DropReason::IntakeFull);
+                                                local[lp.egress(e, egress::DROPS + r)] += 1;
+                                            }
                                         }
                                     }
                                 }
                             }
-                        }
+                        });
+                        bmetas[e].clear();
                     }
                     local[lp.port(slot.port, port::RX_PACKETS)] += n as u64;
                     local[lp.port(slot.port, port::RX_BYTES)] += bytes;

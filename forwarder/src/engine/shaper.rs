@@ -144,6 +144,24 @@ pub trait Shaper<P>: Send + Sync {
     /// Offers `pkt` (see `TxQueue::enqueue`).
     fn offer(&self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Intake<P>;
 
+    /// Offers a burst: `pkts[i]` with `metas[i]` (`pkts` is emptied). `on_result` gets every
+    /// packet that does not stay queued (bypassed or dropped), in order. The default offers
+    /// them one by one.
+    fn offer_burst(
+        &self,
+        now_ns: u64,
+        pkts: &mut Vec<P>,
+        metas: &[PacketMeta],
+        on_result: &mut dyn FnMut(Intake<P>),
+    ) {
+        for (p, m) in pkts.drain(..).zip(metas) {
+            match self.offer(now_ns, p, m) {
+                Intake::Queued => {}
+                r => on_result(r),
+            }
+        }
+    }
+
     /// Runs the queue: dequeues up to `budget` packets into `out` and calls `transmit(out)`
     /// while holding the queue (see `TxQueue::run`).
     fn run(

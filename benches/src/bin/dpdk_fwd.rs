@@ -8,11 +8,16 @@
 //!
 //! Rows, each `--reps` times interleaved (so drift hits every row alike), median reported:
 //! * `bare`: rx_burst -> tx_burst, nothing else;
-//! * `fifo+bypass` / `fifo`: parse every frame (`wire::parse`), one `qdisc::mq::TxQueue`
-//!   over the FIFO baseline, with and without the enqueue bypass;
+//! * `bare + parse`: the bare loop plus `wire::parse` of every frame;
+//! * `fifo+bypass` / `fifo`: parse every frame, offer the burst to one `qdisc::mq::TxQueue`
+//!   (`enqueue_burst`) over the FIFO baseline, with and without the enqueue bypass;
 //! * `cake` / `cake+bypass`: the same with CAKE (diffserv3, triple-isolate), unlimited rate;
-//! * `cake shaped 90%`: CAKE shaped to 90 % of the median `cake` rate (bits of frame length),
-//!   also reporting delivered/configured.
+//! * `cake shaped`: CAKE shaped to 90 % of a calibration `cake` run (bits of frame length),
+//!   also reporting delivered/configured;
+//! * `engine ...`: the forwarder's engine itself, one pinned worker, on fresh vdev pairs.
+//!
+//! Every row but `bare` is paired with a bare run just before it; its ratio is the median
+//! of those pairs.
 //!
 //! The clock is the TSC, read once per burst, as in the engine. Needs root and hugepages
 //! (`hugepage-setup reserve --pages 512`), or `--no-huge`.
@@ -254,6 +259,7 @@ mod imp {
         let q = mq.queue(0);
         let mut rxb: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut txb: Vec<Mbuf> = Vec::with_capacity(4 * BURST);
+        let mut metas: Vec<qdisc::PacketMeta> = Vec::with_capacity(BURST);
         let mut c = Counts::default();
         let tx = &mut ports.tx;
         loop {
@@ -264,18 +270,22 @@ mod imp {
                 break;
             }
             c.rx += ports.rx.rx_burst(&mut rxb, BURST) as u64;
-            for m in rxb.drain(..) {
+            metas.clear();
+            for m in &rxb {
                 let mut meta = forwarder::wire::parse(m.data()).meta;
                 meta.l4_hash = m.rss_hash();
-                match q.enqueue(now, m, &meta) {
-                    Intake::Bypass(p) => txb.push(p),
-                    Intake::Queued => {}
-                    Intake::Dropped(_, p) => {
-                        c.dropped += 1;
-                        drop(p);
-                    }
-                }
+                metas.push(meta);
             }
+            // The whole burst under one runner-lock round trip, as the engine offers it.
+            let dropped = &mut c.dropped;
+            let _ = q.enqueue_burst(now, rxb.drain(..).zip(metas.iter()), |r| match r {
+                Intake::Bypass(p) => txb.push(p),
+                Intake::Queued => {}
+                Intake::Dropped(_, p) => {
+                    *dropped += 1;
+                    drop(p);
+                }
+            });
             let mut sent = 0u64;
             let _ = q.run(now, BURST, &mut txb, |out| sent += tx.tx_burst(out) as u64);
             if !txb.is_empty() {

@@ -91,6 +91,40 @@ pub fn update_section(path: &Path, name: &str, body: &str) -> std::io::Result<()
     std::fs::write(path, new)
 }
 
+/// Writes a harness's result: `body` to `out/<stem>.md`, printed on stdout, and (unless
+/// `to_benchmarks_md` is false) into the section `section` of `root/BENCHMARKS.md`; says on
+/// stderr what it wrote, `png` included (the caller drew it).
+///
+/// # Errors
+/// Writing either file, with the path in the message.
+pub fn publish(
+    root: &Path,
+    out: &Path,
+    stem: &str,
+    png: &Path,
+    section: &str,
+    body: &str,
+    to_benchmarks_md: bool,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let md = out.join(format!("{stem}.md"));
+    std::fs::write(&md, body).with_context(|| format!("writing {}", md.display()))?;
+    println!("{body}");
+    if to_benchmarks_md {
+        let bm = root.join("BENCHMARKS.md");
+        update_section(&bm, section, body).with_context(|| format!("updating {}", bm.display()))?;
+        eprintln!(
+            "wrote {}, {} and the {section} section of {}",
+            md.display(),
+            png.display(),
+            bm.display()
+        );
+    } else {
+        eprintln!("wrote {} and {}", md.display(), png.display());
+    }
+    Ok(())
+}
+
 /// Returns "YYYY-MM-DD HH:MM UTC" for now (no date crate needed).
 pub fn utc_now() -> String {
     let secs = std::time::SystemTime::now()

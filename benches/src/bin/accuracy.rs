@@ -16,7 +16,7 @@ use cakewalk_benches::cakewalk::Knobs;
 use cakewalk_benches::lab::{require_tool, Lab, LabError, IP_B};
 use cakewalk_benches::plot::{line_chart, Series};
 use cakewalk_benches::progress::Progress;
-use cakewalk_benches::report::{load_average, machine_line, update_section, utc_now, Table};
+use cakewalk_benches::report::{load_average, machine_line, publish, utc_now, Table};
 use cakewalk_benches::sampler::{rate_bps, run_if_sampler, Counter, Sampler};
 use cakewalk_benches::units::{parse_rate_list, tc_rate, BadRate};
 use cakewalk_benches::{install_stop_flag, repo_root, sleep_unless_stopped, stop_requested};
@@ -492,23 +492,15 @@ fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
             ""
         },
     );
-    let md = out.join(format!("{stem}.md"));
-    std::fs::write(&md, &body).with_context(|| format!("writing {}", md.display()))?;
-    println!("{body}");
-    if !args.no_benchmarks_md {
-        let bm = root.join("BENCHMARKS.md");
-        update_section(&bm, "accuracy", &body)
-            .with_context(|| format!("updating {}", bm.display()))?;
-        eprintln!(
-            "wrote {}, {} and the accuracy section of {}",
-            md.display(),
-            png.display(),
-            bm.display()
-        );
-    } else {
-        eprintln!("wrote {} and {}", md.display(), png.display());
-    }
-    Ok(())
+    publish(
+        &root,
+        &out,
+        stem,
+        &png,
+        "accuracy",
+        &body,
+        !args.no_benchmarks_md,
+    )
 }
 
 #[cfg(test)]

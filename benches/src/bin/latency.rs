@@ -20,7 +20,7 @@ use cakewalk_benches::cakewalk::Knobs;
 use cakewalk_benches::lab::{have_tool, require_tool, Lab, LabError, Wire, IP_B};
 use cakewalk_benches::plot::{bar_chart, Drawn};
 use cakewalk_benches::progress::Progress;
-use cakewalk_benches::report::{load_average, machine_line, update_section, utc_now, Table};
+use cakewalk_benches::report::{load_average, machine_line, publish, utc_now, Table};
 use cakewalk_benches::sampler::{rate_bps, run_if_sampler, Counter, Sampler};
 use cakewalk_benches::units::{parse_rate, tc_rate};
 use cakewalk_benches::{install_stop_flag, repo_root, sleep_unless_stopped, stop_requested};
@@ -760,23 +760,15 @@ fn write_results(args: &Args, rate: u64, probe: Probe, rows: &[Row]) -> Result<(
         t.to_markdown(),
         if drawn == Drawn::WithoutText { " (drawn without text: no font found)" } else { "" },
     );
-    let md = out.join(format!("{stem}.md"));
-    std::fs::write(&md, &body).with_context(|| format!("writing {}", md.display()))?;
-    println!("{body}");
-    if !args.no_benchmarks_md {
-        let bm = root.join("BENCHMARKS.md");
-        update_section(&bm, "latency", &body)
-            .with_context(|| format!("updating {}", bm.display()))?;
-        eprintln!(
-            "wrote {}, {} and the latency section of {}",
-            md.display(),
-            png.display(),
-            bm.display()
-        );
-    } else {
-        eprintln!("wrote {} and {}", md.display(), png.display());
-    }
-    Ok(())
+    publish(
+        &root,
+        &out,
+        stem,
+        &png,
+        "latency",
+        &body,
+        !args.no_benchmarks_md,
+    )
 }
 
 #[cfg(test)]

@@ -306,15 +306,31 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// Returns ", did you mean 'x'?" for the closest known word within a small edit distance.
+/// Returns ", did you mean 'x'?" for the closest known word within a small edit distance;
+/// when several are equally close ("diffserv5"), names up to four of them.
 pub(crate) fn suggest(word: &str, candidates: &[&str]) -> String {
-    candidates
+    let close: Vec<(usize, &str)> = candidates
         .iter()
         .map(|c| (edit_distance(word, c), *c))
         .filter(|(d, c)| *d <= 2.max(c.len() / 4))
-        .min()
-        .map(|(_, c)| format!(", did you mean '{c}'?"))
-        .unwrap_or_default()
+        .collect();
+    let Some(best) = close.iter().map(|(d, _)| *d).min() else {
+        return String::new();
+    };
+    let mut names: Vec<&str> = close
+        .iter()
+        .filter(|(d, _)| *d == best)
+        .map(|(_, c)| *c)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names.truncate(4);
+    let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    match quoted.split_last() {
+        Some((last, [])) => format!(", did you mean {last}?"),
+        Some((last, rest)) => format!(", did you mean {} or {last}?", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 /// Parses an integer the way tc's `get_u32(.., 0)` does: decimal, `0x` hex or `0` octal.
@@ -706,6 +722,12 @@ mod tests {
         assert!(e
             .to_string()
             .starts_with("unknown cake option 'diffserv5', did you mean"));
+        // Equally close words are all named, so the user sees the real choices.
+        assert!(
+            e.to_string()
+                .contains("'diffserv3', 'diffserv4' or 'diffserv8'"),
+            "{e}"
+        );
         let e = CakeOptions::parse("triple-isolat").unwrap_err().to_string();
         assert!(e.contains("did you mean 'triple-isolate'?"), "{e}");
         let e = CakeOptions::parse("overhead 300").unwrap_err().to_string();

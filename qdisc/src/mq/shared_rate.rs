@@ -193,13 +193,15 @@ impl SharedRate {
     }
 
     /// Computes queue `me`'s share at `now_ns`. `last_check_ns` is when `me` last synced;
-    /// `my_demand_bps` is `None` when `me` is saturated, else what it delivered. Returns the
+    /// `my_demand_bps` is `None` when `me` is saturated, else what it delivered;
+    /// `my_share_before` is the share it applied until now. Returns the
     /// share (bytes/s, 0 = unlimited) and the number of active queues, `me` included.
     pub(crate) fn compute_share(
         &self,
         me: usize,
         last_check_ns: u64,
         my_demand_bps: Option<u64>,
+        my_share_before: u64,
     ) -> (u64, u32) {
         let rate = self.global.rate_bps.load(Ordering::Relaxed);
         let policy = SyncPolicy::from_u32(self.global.policy.load(Ordering::Relaxed));
@@ -230,7 +232,23 @@ impl SharedRate {
         let equal = (rate / u64::from(active)).max(1);
         let share = match policy {
             SyncPolicy::Equal => equal,
-            SyncPolicy::WorkConserving => work_conserving_share(rate, my_demand_bps, &demands),
+            SyncPolicy::WorkConserving => {
+                let share = work_conserving_share(rate, my_demand_bps, &demands);
+                match my_demand_bps {
+                    // Saturated queues get the fair level; alone, there is nobody to
+                    // overshoot against.
+                    None => share,
+                    Some(_) if active == 1 => share,
+                    // A thin queue gets room to grow, but only a bounded amount: its growth
+                    // before the saturated siblings notice is what overshoots the global rate.
+                    // The room shrinks by 1/32 per sync, not at once, so that a bursty
+                    // queue's quiet windows do not leave its next burst held back.
+                    Some(d) => {
+                        let room = d.saturating_add(d.max(rate / (8 * u64::from(active))));
+                        share.min(room.max(my_share_before - my_share_before / 32))
+                    }
+                }
+            }
         };
         (share.max(1), active)
     }
@@ -342,7 +360,7 @@ mod tests {
         shared.queue(1).last_active_ns.store(100, Ordering::Relaxed);
         shared.queue(2).last_active_ns.store(500, Ordering::Relaxed);
         shared.queue(2).saturated.store(true, Ordering::Relaxed);
-        let (share, active) = shared.compute_share(0, 200, None);
+        let (share, active) = shared.compute_share(0, 200, None, 0);
         assert_eq!(active, 2);
         assert_eq!(share, 450);
     }

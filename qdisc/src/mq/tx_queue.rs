@@ -619,9 +619,9 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         } else {
             Some(measured)
         };
-        let (share, active) = self
-            .shared
-            .compute_share(self.index, r.sync.last_check_ns, demand);
+        let (share, active) =
+            self.shared
+                .compute_share(self.index, r.sync.last_check_ns, demand, share_before);
         mine.measured_bps.store(measured, Ordering::Relaxed);
         mine.saturated.store(demand.is_none(), Ordering::Relaxed);
         mine.share_bps.store(share, Ordering::Relaxed);

@@ -194,7 +194,8 @@ impl SharedRate {
 
     /// Computes queue `me`'s share at `now_ns`. `last_check_ns` is when `me` last synced;
     /// `my_demand_bps` is `None` when `me` is saturated, else what it delivered;
-    /// `my_share_before` is the share it applied until now. Returns the
+    /// `my_share_before` is the share it applied until now (`u64::MAX` on a first sync,
+    /// which leaves a thin queue's room unbounded). Returns the
     /// share (bytes/s, 0 = unlimited) and the number of active queues, `me` included.
     pub(crate) fn compute_share(
         &self,

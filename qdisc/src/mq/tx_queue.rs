@@ -619,9 +619,15 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         } else {
             Some(measured)
         };
+        // A first sync has measured nothing yet: no bound on its room to grow.
+        let bound_from = if r.sync.synced_once {
+            share_before
+        } else {
+            u64::MAX
+        };
         let (share, active) =
             self.shared
-                .compute_share(self.index, r.sync.last_check_ns, demand, share_before);
+                .compute_share(self.index, r.sync.last_check_ns, demand, bound_from);
         mine.measured_bps.store(measured, Ordering::Relaxed);
         mine.saturated.store(demand.is_none(), Ordering::Relaxed);
         mine.share_bps.store(share, Ordering::Relaxed);

@@ -22,6 +22,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use cakewalk_benches::plot::{bar_chart, Drawn};
 use cakewalk_benches::report::{load_average, machine_line, update_section, utc_now, Table};
 use clap::Parser;
 use qdisc::cake::{Cake, CakeConfig, FlowMode};
@@ -42,7 +43,7 @@ struct Args {
     /// Repetitions per row; the median is reported.
     #[arg(long, default_value_t = 3)]
     reps: usize,
-    /// Thread counts, comma-separated (each thread pinned to its own core, wrapping).
+    /// Thread counts, comma-separated (each thread pinned to its own core; at most the core count).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
     /// Frames per burst (one clock read and one `run` per burst).
@@ -62,7 +63,8 @@ struct Args {
     /// shared by all threads.
     #[arg(long)]
     queue_per_thread: bool,
-    /// Write the table into the `pktgen` section of BENCHMARKS.md (repository root).
+    /// Write the table into the `pktgen` (or `pktgen-mq`) section of BENCHMARKS.md and the plot
+    /// into `benches/results/pktgen.png` (or `pktgen-mq.png`).
     #[arg(long)]
     write: bool,
     /// Run about one second in total (for the test suite): short rows, one repetition.
@@ -412,6 +414,15 @@ fn run() -> Result<()> {
     if args.burst == 0 || args.threads.contains(&0) {
         bail!("--burst and --threads must be at least 1; try --burst 32 --threads 1,2");
     }
+    // Threads are pinned one per core: more threads than cores would time-share a core and
+    // measure the scheduler, not the queue.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(&too_many) = args.threads.iter().find(|&&t| t > cores) {
+        bail!(
+            "--threads {too_many}: this machine has {cores} core{}; use at most {cores}",
+            if cores == 1 { "" } else { "s" }
+        );
+    }
     let cake = CakeConfig {
         rate: Rate::from_bits_per_sec(args.cake_rate_mbit.saturating_mul(1_000_000)),
         flow_mode: FlowMode::TripleIsolate,
@@ -451,8 +462,12 @@ fn run() -> Result<()> {
         "added ns/frame/thread",
         "drops",
     ]);
+    // Median Mpps per thread count (series) and setup (category), for the plot.
+    let mut plotted: Vec<Vec<f64>> = Vec::with_capacity(args.threads.len());
+    let mut categories: Vec<String> = Vec::new();
     for &threads in &args.threads {
         let mut bare = 0.0;
+        let mut series = Vec::new();
         for (index, setup) in Setup::ALL.into_iter().enumerate() {
             if index > 0 && !args.rows.is_empty() && !args.rows.contains(&index) {
                 continue;
@@ -470,6 +485,10 @@ fn run() -> Result<()> {
                 bare = median;
             }
             let ratio = if bare > 0.0 { median / bare } else { 0.0 };
+            if plotted.is_empty() {
+                categories.push(setup.name().to_string());
+            }
+            series.push(median);
             // Per-thread cost of one frame, minus the bare loop's: what the queue adds.
             let ns = |mpps: f64| threads as f64 * 1e3 / mpps.max(1e-9);
             table.push(vec![
@@ -481,6 +500,7 @@ fn run() -> Result<()> {
                 drops.to_string(),
             ]);
         }
+        plotted.push(series);
     }
     let markdown = table.to_markdown();
     print!("{markdown}");
@@ -495,24 +515,60 @@ fn run() -> Result<()> {
              (intake full), counted, never lost. With 2 threads both feed one queue, so they \
              contend for its runner lock and intake. The machine is shared: compare rows of \
              one run (ratios), not runs.\n",
-            if cli.queue_per_thread {
-                "one TxQueue per thread over one shared rate (cake_mq)"
-            } else {
-                "one TxQueue"
-            },
+            section_what(cli),
             args.join(" ")
         );
-        let path = cakewalk_benches::repo_root().join("BENCHMARKS.md");
         let section = if cli.queue_per_thread {
             "pktgen-mq"
         } else {
             "pktgen"
         };
+        let results = cakewalk_benches::repo_root().join("benches/results");
+        std::fs::create_dir_all(&results)
+            .with_context(|| format!("creating {}", results.display()))?;
+        let png = results.join(format!("{section}.png"));
+        let names: Vec<String> = cli
+            .threads
+            .iter()
+            .map(|t| format!("{t} thread{}", if *t == 1 { "" } else { "s" }))
+            .collect();
+        let drawn = bar_chart(
+            &png,
+            &format!(
+                "pktgen: 64-byte frames through {} (Mpps)",
+                section_what(cli)
+            ),
+            "Mpps",
+            &categories,
+            &names,
+            &plotted,
+            false,
+        )
+        .with_context(|| format!("drawing {}", png.display()))?;
+        println!("wrote {}", png.display());
+        let body = format!(
+            "{body}\n![{section}](benches/results/{section}.png){}\n",
+            if drawn == Drawn::WithoutText {
+                " (drawn without text: no font found)"
+            } else {
+                ""
+            }
+        );
+        let path = cakewalk_benches::repo_root().join("BENCHMARKS.md");
         update_section(&path, section, &body)
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote the {section} section of {}", path.display());
     }
     Ok(())
+}
+
+/// What the frames go through, for the section title and the plot.
+fn section_what(args: &Args) -> &'static str {
+    if args.queue_per_thread {
+        "one TxQueue per thread over one shared rate (cake_mq)"
+    } else {
+        "one TxQueue"
+    }
 }
 
 #[cfg(test)]

@@ -381,18 +381,24 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         let pending = guard.with(|r| {
             let now_ns = r.sync.clamp(now_ns);
             let mut bypass = self.bypass && r.qdisc.is_empty();
+            // Counted in locals and added once per burst: per-packet stores through `r`
+            // cannot be kept in registers across `on_result`.
+            let (mut bypassed, mut bypassed_bytes, mut queued) = (0u64, 0u64, 0usize);
             for (pkt, meta) in pkts {
                 if bypass && r.qdisc.try_bypass(now_ns, &pkt, meta) {
-                    r.counters.bypassed += 1;
-                    r.counters.sent_bytes += pkt.len() as u64;
-                    outcome.bypassed += 1;
+                    bypassed += 1;
+                    bypassed_bytes += pkt.len() as u64;
                     on_result(Intake::Bypass(pkt));
                     continue;
                 }
                 bypass = false;
                 r.enqueue_one(now_ns, pkt, meta);
-                outcome.queued += 1;
+                queued += 1;
             }
+            r.counters.bypassed += bypassed;
+            r.counters.sent_bytes += bypassed_bytes;
+            outcome.bypassed += bypassed as usize;
+            outcome.queued += queued;
             let interval = self.shared.sync_interval_ns();
             if outcome.bypassed > 0 && now_ns.saturating_sub(r.sync.last_check_ns) >= interval {
                 // A queue that only ever bypasses must still sync and publish its activity.

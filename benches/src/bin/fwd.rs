@@ -7,11 +7,19 @@
 //! cargo run --release -p cakewalk-benches --bin fwd            # 5 s per row
 //! cargo run --release -p cakewalk-benches --bin fwd -- --smoke # ~1 s per row
 //! cargo run --release -p cakewalk-benches --bin fwd -- --only CAKE
+//! cargo run --release -p cakewalk-benches --bin fwd -- --write # also BENCHMARKS.md + plot
 //! ```
 //!
 //! This is a measurement, not a test: it prints a table and exits 0.
 
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+use cakewalk_benches::plot::bar_chart;
+use cakewalk_benches::progress::Progress;
+use cakewalk_benches::repo_root;
+use cakewalk_benches::report::{load_average, machine_line, publish, utc_now, Table};
+use clap::Parser;
 
 use forwarder::app::{build_queues, QueueChoice};
 use forwarder::engine::{self, EngineConfig, EnginePorts, IdleMode};
@@ -119,15 +127,59 @@ fn engine_row(choice: &QueueChoice, bypass: bool, seconds: f64, warmup: f64) -> 
     ((p1 - p0) as f64 / dt / 1e6, (b1 - b0) as f64 * 8.0 / dt)
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let smoke = args.iter().any(|a| a == "--smoke");
-    // `--only TEXT` runs just the rows whose name contains TEXT (for profiling).
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1).cloned());
-    let (seconds, warmup) = if smoke { (1.0, 0.3) } else { (5.0, 1.0) };
+/// Packets per second through the engine on one pinned core, beside the bare port loop.
+#[derive(Debug, Parser)]
+#[command(name = "fwd", version)]
+struct Args {
+    /// Seconds each measurement runs (after the warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Warm-up seconds before each measurement.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Repetitions per row; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// About a second per row, one repetition (CI's smoke run).
+    #[arg(long)]
+    smoke: bool,
+    /// Only the rows whose name contains this text (for profiling).
+    #[arg(long)]
+    only: Option<String>,
+    /// Also write the table to BENCHMARKS.md (section "fwd"), benches/results/fwd.md and a
+    /// plot benches/results/fwd.png.
+    #[arg(long)]
+    write: bool,
+}
+
+fn main() -> ExitCode {
+    let mut args = Args::parse();
+    if args.smoke {
+        (args.seconds, args.warmup, args.reps) = (1.0, 0.3, 1);
+    }
+    let sane = args.seconds > 0.0 && args.seconds <= 600.0 && (0.0..=60.0).contains(&args.warmup);
+    if !sane {
+        eprintln!(
+            "error: --seconds {} / --warmup {} out of range; use 0 < seconds <= 600 and 0 <= warmup <= 60",
+            args.seconds, args.warmup
+        );
+        return ExitCode::from(2);
+    }
+    if args.reps == 0 || args.reps > 50 {
+        eprintln!("error: --reps {} out of range; use 1..=50", args.reps);
+        return ExitCode::from(2);
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
+    let (seconds, warmup, reps) = (args.seconds, args.warmup, args.reps);
     // Pin this thread (the bare loop) to the core the engine's single worker uses.
     if let Some(ids) = core_affinity::get_core_ids() {
         if let Some(last) = ids.last() {
@@ -140,9 +192,6 @@ fn main() {
         rate: shaped,
         ..CakeConfig::default()
     };
-    let reps = if smoke { 1 } else { 3 };
-    println!("cakewalk fwd: synth (64 B, 1024 flows) -> engine (1 worker, pinned, burst 32) -> null sink");
-    println!("{seconds} s per measurement after {warmup} s warm-up; each row is paired with a bare-loop run just before it; medians of {reps}");
     let rows: Vec<(&str, QueueChoice, bool)> = vec![
         ("engine, no qdisc", QueueChoice::None, true),
         ("FIFO + bypass", QueueChoice::Fifo, true),
@@ -159,23 +208,37 @@ fn main() {
         ),
         ("CAKE shaped 1 Gbit", QueueChoice::Cake(shaped_cfg), true),
     ];
-    println!("| row | Mpps | ns/pkt | bare Mpps | vs bare | delivered |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|(name, _, _)| args.only.as_deref().is_none_or(|o| name.contains(o)))
+        .collect();
+    if rows.is_empty() {
+        anyhow::bail!(
+            "--only {:?} matches no row; rows are: engine, FIFO, CAKE, bypass, shaped",
+            args.only.as_deref().unwrap_or("")
+        );
+    }
+    // Each repetition runs the bare loop and the engine row, each warm-up + measurement.
+    let bound = rows.len() as f64 * reps as f64 * 2.0 * (seconds + warmup);
+    println!("cakewalk fwd: synth (64 B, 1024 flows) -> engine (1 worker, pinned, burst 32) -> null sink");
+    println!("{seconds} s per measurement after {warmup} s warm-up; each row is paired with a bare-loop run just before it; medians of {reps}; this run stops by itself within {:.0} s", bound.ceil() + 5.0);
+    let mut table = Table::new(&["row", "Mpps", "ns/pkt", "bare Mpps", "vs bare", "delivered"]);
+    let mut progress = Progress::new("fwd", (rows.len() * reps) as u64);
+    let (mut names, mut ratio_values) = (Vec::new(), Vec::new());
     for (name, choice, bypass) in rows {
-        if only.as_deref().is_some_and(|o| !name.contains(o)) {
-            continue;
-        }
         let mut mpps = Vec::new();
         let mut bares = Vec::new();
         let mut ratios = Vec::new();
         let mut bpss = Vec::new();
         for _ in 0..reps {
+            progress.step(name);
             let bare = bare_loop(seconds, warmup);
             let (m, bps) = engine_row(&choice, bypass, seconds, warmup);
             mpps.push(m);
             bares.push(bare);
             ratios.push(m / bare);
             bpss.push(bps);
+            progress.inc();
         }
         let (m, bare, ratio, bps) = (median(mpps), median(bares), median(ratios), median(bpss));
         let delivered = if name.contains("shaped") {
@@ -183,9 +246,45 @@ fn main() {
         } else {
             format!("{:.2} Gbit/s", bps / 1e9)
         };
-        println!(
-            "| {name} | {m:.3} | {:.1} | {bare:.3} | {ratio:.2} | {delivered} |",
-            1e3 / m.max(1e-9)
-        );
+        let row = vec![
+            name.to_string(),
+            format!("{m:.3}"),
+            format!("{:.1}", 1e3 / m.max(1e-9)),
+            format!("{bare:.3}"),
+            format!("{ratio:.2}"),
+            delivered,
+        ];
+        progress.println(&format!("| {} |", row.join(" | ")));
+        table.push(row);
+        names.push(name.to_string());
+        ratio_values.push(ratio);
     }
+    progress.finish();
+    let table = table.to_markdown();
+    if !args.write {
+        println!("{table}");
+        return Ok(());
+    }
+    let root = repo_root();
+    let out = root.join("benches/results");
+    std::fs::create_dir_all(&out)?;
+    let png = out.join("fwd.png");
+    bar_chart(
+        &png,
+        "fwd: engine rate / bare port loop, one core, 64 B",
+        "ratio to bare loop",
+        &names,
+        &["vs bare".to_string()],
+        &ratio_values.iter().map(|&r| vec![r]).collect::<Vec<_>>(),
+        false,
+    )?;
+    let body = format!(
+        "## Forwarding engine, one core (`benches/src/bin/fwd.rs`)\n\n\
+         {} on {} (load average at the end: {}). Command: `cargo run --release -p cakewalk-benches --bin fwd -- --seconds {seconds} --warmup {warmup} --reps {reps} --write`.\n\
+         The built-in generator (64-byte frames, 1024 flows) feeds the engine's one pinned worker (burst 32), which forwards into a null sink; each row is paired with a bare port loop (rx -> tx, nothing else) run just before it on the same core, and the medians of {reps} are shown. No target ratio here (the DPDK section has the goals); the machine is shared: compare ratios within the table, not across runs.\n\n{table}\n![fwd](benches/results/fwd.png)\n",
+        utc_now(),
+        machine_line(),
+        load_average(),
+    );
+    publish(&root, &out, "fwd", &png, "fwd", &body, true)
 }

@@ -395,6 +395,44 @@ fn jittered_syncs_with_changing_demand_never_overshoot_the_global_rate() {
 }
 
 #[test]
+fn two_queues_whose_demand_hovers_around_their_share_never_overshoot_together() {
+    // Two queues whose demand hovers around half the rate (bursts at a little more than half,
+    // or bulk and thin phases out of step), so each flickers between saturated and thin; each
+    // runs and syncs at its own jittered instants. Both thin at once must not let both grow
+    // into room that adds up to more than the global rate.
+    let cases = [
+        [Source::Bursty(32, 0.52), Source::Bursty(32, 0.52)],
+        [Source::Bursty(128, 0.51), Source::Bursty(128, 0.51)],
+        [
+            Source::Alternating(4_000_000, 0.3),
+            Source::Alternating(3_000_000, 0.3),
+        ],
+        [
+            Source::Alternating(1_000_000, 0.45),
+            Source::Alternating(1_300_000, 0.45),
+        ],
+        [
+            Source::Alternating(400_000, 0.4),
+            Source::Alternating(700_000, 0.4),
+        ],
+        [
+            Source::Alternating(2_000_000, 0.05),
+            Source::Alternating(1_700_000, 0.05),
+        ],
+    ];
+    for sources in cases {
+        let mut sim = Sim::new(&sources, SyncPolicy::WorkConserving);
+        sim.jitter = 0x2545_f491_4f6c_dd1d;
+        let ratio = sim.aggregate_ratio(20_000_000, 200_000_000);
+        println!("{sources:?} on 2 queues: aggregate {ratio:.5}");
+        assert!(
+            ratio < 1.01,
+            "{sources:?}: aggregate {ratio:.4} of the global rate"
+        );
+    }
+}
+
+#[test]
 fn a_queue_going_idle_releases_its_share_within_two_sync_intervals() {
     for policy in [SyncPolicy::WorkConserving, SyncPolicy::Equal] {
         let mut sim = Sim::new(&[Source::Greedy, Source::Greedy], policy);

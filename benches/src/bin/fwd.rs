@@ -180,6 +180,8 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> anyhow::Result<()> {
     let (seconds, warmup, reps) = (args.seconds, args.warmup, args.reps);
+    // Before pinning: afterwards this thread sees one core.
+    let machine = machine_line();
     // Pin this thread (the bare loop) to the core the engine's single worker uses.
     if let Some(ids) = core_affinity::get_core_ids() {
         if let Some(last) = ids.last() {
@@ -283,7 +285,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
          {} on {} (load average at the end: {}). Command: `cargo run --release -p cakewalk-benches --bin fwd -- --seconds {seconds} --warmup {warmup} --reps {reps} --write`.\n\
          The built-in generator (64-byte frames, 1024 flows) feeds the engine's one pinned worker (burst 32), which forwards into a null sink; each row is paired with a bare port loop (rx -> tx, nothing else) run just before it on the same core, and the medians of {reps} are shown. No target ratio here (the DPDK section has the goals); the machine is shared: compare ratios within the table, not across runs.\n\n{table}\n![fwd](benches/results/fwd.png)\n",
         utc_now(),
-        machine_line(),
+        machine,
         load_average(),
     );
     publish(&root, &out, "fwd", &png, "fwd", &body, true)

@@ -48,22 +48,17 @@ pub fn flow_hash(keys: &FlowKeys, seed: u64) -> u32 {
     } else {
         (keys.src_port, keys.dst_port)
     };
-    let src = u128::from_be_bytes(keys.src_addr);
-    let dst = u128::from_be_bytes(keys.dst_addr);
-    let (a, pa, b, pb) = if (src, sp) <= (dst, dp) {
-        (&keys.src_addr, sp, &keys.dst_addr, dp)
-    } else {
-        (&keys.dst_addr, dp, &keys.src_addr, sp)
-    };
-    let (a_hi, a_lo) = words(a);
-    let (b_hi, b_lo) = words(b);
-    let ha = fold(a_hi ^ seed ^ K0, a_lo ^ K1);
-    let hb = fold(b_hi ^ seed ^ K2, b_lo ^ K3);
-    let rest = (u64::from(pa) << 48)
-        | (u64::from(pb) << 32)
-        | (u64::from(keys.protocol) << 24)
-        | u64::from(label);
-    let h = fold(ha ^ rest ^ K4, hb ^ seed.rotate_left(32) ^ K1);
+    // One digest per endpoint under the same key, so swapping the endpoints swaps the
+    // digests; ordering two u64s is cheaper than ordering the raw (address, port) pairs.
+    // A port XORed into a 64-bit digest collides only when two digests differ in their low
+    // 16 bits alone (2^-48 per pair).
+    let (s_hi, s_lo) = words(&keys.src_addr);
+    let (d_hi, d_lo) = words(&keys.dst_addr);
+    let es = fold(s_hi ^ seed ^ K0, s_lo ^ K1) ^ u64::from(sp);
+    let ed = fold(d_hi ^ seed ^ K0, d_lo ^ K1) ^ u64::from(dp);
+    let (lo, hi) = if es <= ed { (es, ed) } else { (ed, es) };
+    let rest = (u64::from(keys.protocol) << 24) | u64::from(label);
+    let h = fold(lo ^ rest ^ K4, hi ^ seed.rotate_left(32) ^ K3);
     (h ^ (h >> 32)) as u32
 }
 

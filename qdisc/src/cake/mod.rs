@@ -860,7 +860,7 @@ impl<P: Packet> Cake<P> {
 
     /// The host-scaled quantum of a flow, `flow_quantum / load`, with `dither` (a random
     /// u16, or 0) added before the shift to avoid accumulating round-off.
-    #[inline]
+    #[inline(always)]
     fn flow_quantum(&self, fid: usize, dither: u32) -> i32 {
         let tin = fid / FLOWS_PER_TIN;
         let base = tin * FLOWS_PER_TIN;
@@ -878,7 +878,7 @@ impl<P: Packet> Cake<P> {
 
     // ---- intrusive lists -------------------------------------------------------------
 
-    #[inline]
+    #[inline(always)]
     fn list_unlink(&mut self, fid: usize) {
         let which = self.flows[fid].list;
         if which == NO_LIST {
@@ -904,7 +904,7 @@ impl<P: Packet> Cake<P> {
         self.flows[fid].list = NO_LIST;
     }
 
-    #[inline]
+    #[inline(always)]
     fn list_push_tail(&mut self, fid: usize, which: u8) {
         let tin = fid / FLOWS_PER_TIN;
         let list = &mut self.tins[tin].lists[usize::from(which)];
@@ -952,7 +952,7 @@ impl<P: Packet> Cake<P> {
 
     /// Unlinks the head packet of flow `fid` and updates every backlog counter. The slot
     /// still holds the packet.
-    #[inline]
+    #[inline(always)]
     fn pop_head(&mut self, fid: usize) -> Option<u32> {
         let s = self.flows[fid].head;
         if s == NIL {

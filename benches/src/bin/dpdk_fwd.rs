@@ -19,6 +19,12 @@
 //! Every row but `bare` is paired with a bare run just before it; its ratio is the median
 //! of those pairs.
 //!
+//! Then the thread scaling table (issue #6, pktgen's rows on real vdevs), for each count of
+//! `--threads` (default 1 and 2, at most the cores): each thread is its own pinned lcore with
+//! its own `net_pcap` -> `net_null` pair and pool, and feeds its own TX queue of one
+//! `MultiQueue` (FIFO or unlimited CAKE, with and without bypass); Mpps is summed over the
+//! threads and each row is paired with a bare run of the same thread count.
+//!
 //! The clock is the TSC, read once per burst, as in the engine. Needs root and hugepages
 //! (`hugepage-setup reserve --pages 512`), or `--no-huge`.
 //!
@@ -97,6 +103,14 @@ mod imp {
         /// e.g. under `perf record`.
         #[arg(long)]
         only: Option<String>,
+        /// Thread counts for the scaling table, comma-separated: each thread is its own pinned
+        /// lcore with its own net_pcap -> net_null pair and its own TX queue (at most the core
+        /// count). Default: 1 and 2, as far as the machine has cores; `0` skips the table.
+        #[arg(long, value_delimiter = ',')]
+        threads: Option<Vec<usize>>,
+        /// Run a few seconds in total (for the test suite): short rows, one repetition.
+        #[arg(long)]
+        smoke: bool,
     }
 
     /// A row's per-packet work.
@@ -117,7 +131,52 @@ mod imp {
     struct Ports {
         rx: RxQueue,
         tx: TxQueue,
-        pool: Mempool,
+    }
+
+    /// The queueing layer of a FIFO or CAKE row: one `MultiQueue` with a TX queue per thread
+    /// (cake_mq over one shared rate for CAKE), as the engine builds it for its workers.
+    enum Shaping {
+        None,
+        Fifo(MultiQueue<Mbuf, Fifo<Mbuf>>),
+        Cake(MultiQueue<Mbuf, Cake<Mbuf>>),
+    }
+
+    impl Shaping {
+        fn new(kind: Kind, queues: usize) -> anyhow::Result<Shaping> {
+            Ok(match kind {
+                Kind::Bare | Kind::Parse => Shaping::None,
+                Kind::Fifo { bypass } => Shaping::Fifo(MultiQueue::from_config(
+                    queues,
+                    TxQueueOptions {
+                        bypass,
+                        ..TxQueueOptions::default()
+                    },
+                    &FifoConfig {
+                        limit_packets: 1024,
+                    },
+                )?),
+                Kind::Cake { bypass, rate } => Shaping::Cake(MultiQueue::from_config(
+                    queues,
+                    TxQueueOptions {
+                        bypass,
+                        ..TxQueueOptions::default()
+                    },
+                    &CakeConfig {
+                        rate: rate.unwrap_or(Rate::UNLIMITED),
+                        ..CakeConfig::default()
+                    },
+                )?),
+            })
+        }
+
+        /// Runs `kind` for `seconds` on `ports`, feeding TX queue `queue`.
+        fn work(&self, ports: &mut Ports, queue: usize, kind: Kind, seconds: f64) -> Counts {
+            match self {
+                Shaping::None => bare(ports, seconds, kind == Kind::Parse),
+                Shaping::Fifo(mq) => through_queue(ports, mq.queue(queue), seconds),
+                Shaping::Cake(mq) => through_queue(ports, mq.queue(queue), seconds),
+            }
+        }
     }
 
     /// Converts TSC ticks to nanoseconds with one multiply and shift.
@@ -190,38 +249,50 @@ mod imp {
         std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
     }
 
-    /// Runs `kind` for `seconds` and counts.
+    /// Runs `kind` for `seconds` on this thread and counts.
     fn measure(ports: &mut Ports, kind: Kind, seconds: f64) -> anyhow::Result<Counts> {
-        match kind {
-            Kind::Bare => Ok(bare(ports, seconds, false)),
-            Kind::Parse => Ok(bare(ports, seconds, true)),
-            Kind::Fifo { bypass } => {
-                let opts = TxQueueOptions {
-                    bypass,
-                    ..TxQueueOptions::default()
-                };
-                let mq: MultiQueue<Mbuf, Fifo<Mbuf>> = MultiQueue::from_config(
-                    1,
-                    opts,
-                    &FifoConfig {
-                        limit_packets: 1024,
-                    },
-                )?;
-                Ok(through_queue(ports, &mq, seconds))
-            }
-            Kind::Cake { bypass, rate } => {
-                let opts = TxQueueOptions {
-                    bypass,
-                    ..TxQueueOptions::default()
-                };
-                let cfg = CakeConfig {
-                    rate: rate.unwrap_or(Rate::UNLIMITED),
-                    ..CakeConfig::default()
-                };
-                let mq: MultiQueue<Mbuf, Cake<Mbuf>> = MultiQueue::from_config(1, opts, &cfg)?;
-                Ok(through_queue(ports, &mq, seconds))
-            }
-        }
+        Ok(Shaping::new(kind, 1)?.work(ports, 0, kind, seconds))
+    }
+
+    /// Runs `kind` on one thread per entry of `ports`, thread `i` pinned to `cores[i]`,
+    /// registered as a DPDK lcore (for its mempool cache) and feeding TX queue `i`; the
+    /// threads start together. Returns each thread's counts.
+    fn measure_threads(
+        eal: &Eal,
+        ports: &mut [Ports],
+        cores: &[core_affinity::CoreId],
+        kind: Kind,
+        seconds: f64,
+    ) -> anyhow::Result<Vec<Counts>> {
+        let shaping = Shaping::new(kind, ports.len())?;
+        let start = std::sync::Barrier::new(ports.len());
+        std::thread::scope(|s| {
+            let handles: Vec<_> = ports
+                .iter_mut()
+                .enumerate()
+                .map(|(i, p)| {
+                    let (shaping, start, core) = (&shaping, &start, cores[i]);
+                    s.spawn(move || -> anyhow::Result<Counts> {
+                        let pinned = core_affinity::set_for_current(core);
+                        let lcore = eal.register_thread();
+                        // Every thread reaches the barrier, so one failing cannot hang the rest.
+                        start.wait();
+                        if !pinned {
+                            bail!("could not pin bench thread {i} to core {}", core.id);
+                        }
+                        let _lcore = lcore?;
+                        Ok(shaping.work(p, i, kind, seconds))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .map_err(|_| anyhow::anyhow!("a bench thread panicked"))?
+                })
+                .collect()
+        })
     }
 
     fn bare(ports: &mut Ports, seconds: f64, parse: bool) -> Counts {
@@ -251,12 +322,11 @@ mod imp {
 
     fn through_queue<Q: MqQdisc<Mbuf>>(
         ports: &mut Ports,
-        mq: &MultiQueue<Mbuf, Q>,
+        q: &qdisc::mq::TxQueue<Mbuf, Q>,
         seconds: f64,
     ) -> Counts {
         let clock = TscClock::new();
         let end = (seconds * 1e9) as u64;
-        let q = mq.queue(0);
         let mut rxb: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut txb: Vec<Mbuf> = Vec::with_capacity(4 * BURST);
         let mut metas: Vec<qdisc::PacketMeta> = Vec::with_capacity(BURST);
@@ -406,22 +476,163 @@ mod imp {
         v[v.len() / 2]
     }
 
+    /// What `run` learns about the machine before EAL init pins this thread to one core
+    /// (after which it would count one core).
+    struct Machine {
+        line: String,
+        /// Thread counts of the scaling table (empty: no table).
+        threads: Vec<usize>,
+        /// The cores bench threads are pinned to, `--core` first.
+        cores: Vec<core_affinity::CoreId>,
+    }
+
     pub(super) fn run() -> anyhow::Result<()> {
-        let args = Args::parse();
+        let mut args = Args::parse();
+        if args.smoke {
+            args.seconds = 0.2;
+            args.reps = 1;
+        }
         if args.reps == 0 || args.seconds <= 0.0 {
             bail!("--reps and --seconds must be positive");
         }
+        let mut cores = core_affinity::get_core_ids().unwrap_or_default();
+        cores.sort_by_key(|c| (c.id != args.core, c.id));
+        if cores.first().is_some_and(|c| c.id != args.core) {
+            bail!(
+                "--core {}: not one of this process's cores ({})",
+                args.core,
+                cores
+                    .iter()
+                    .map(|c| c.id.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let n = cores.len().max(1);
+        // More threads than cores would time-share a core and measure the scheduler.
+        let threads = match &args.threads {
+            None => (1..=2.min(n)).collect(),
+            Some(t) if t == &[0] => Vec::new(),
+            Some(t) => {
+                if let Some(&bad) = t.iter().find(|&&t| t == 0 || t > n) {
+                    bail!(
+                        "--threads {bad}: this machine has {n} core{}; use 1 to {n} threads \
+                         (or --threads 0 to skip the scaling table)",
+                        if n == 1 { "" } else { "s" }
+                    );
+                }
+                t.clone()
+            }
+        };
         let pcap: PathBuf =
             std::env::temp_dir().join(format!("dpdk_fwd-{}.pcap", std::process::id()));
         write_pcap(&pcap, args.flows, args.frame)?;
-        // Before EAL init pins this thread to one core (which would make it count 1 core).
-        let machine = cakewalk_benches::report::machine_line();
+        let machine = Machine {
+            line: cakewalk_benches::report::machine_line(),
+            threads,
+            cores,
+        };
         let result = bench(&args, &pcap, &machine);
         let _ = std::fs::remove_file(&pcap);
         result
     }
 
-    fn bench(args: &Args, pcap: &std::path::Path, machine: &str) -> anyhow::Result<()> {
+    /// The rows of the scaling table, in pktgen's order (the bare loop runs before each).
+    const THREAD_ROWS: [(&str, Kind); 4] = [
+        ("FIFO + bypass", Kind::Fifo { bypass: true }),
+        ("FIFO, no bypass", Kind::Fifo { bypass: false }),
+        (
+            "CAKE + bypass",
+            Kind::Cake {
+                bypass: true,
+                rate: None,
+            },
+        ),
+        (
+            "CAKE, no bypass",
+            Kind::Cake {
+                bypass: false,
+                rate: None,
+            },
+        ),
+    ];
+
+    /// One line of the scaling table: medians over the reps.
+    struct ThreadRow {
+        threads: usize,
+        name: &'static str,
+        mpps: f64,
+        ratio: f64,
+        /// Nanoseconds per frame per thread above the paired bare run.
+        added_ns: f64,
+    }
+
+    /// The scaling table: for each thread count, the bare loop and the four queue rows, each
+    /// paired with a bare run of the same thread count just before it (ratio and added ns are
+    /// medians over those pairs; the bare line is the median of all its runs).
+    fn thread_table(
+        eal: &Eal,
+        ports: &mut [Ports],
+        machine: &Machine,
+        args: &Args,
+    ) -> anyhow::Result<Vec<ThreadRow>> {
+        let sum = |c: &[Counts]| c.iter().map(Counts::mpps).sum::<f64>();
+        let mut samples: Vec<Vec<(f64, f64, f64)>> =
+            vec![Vec::new(); machine.threads.len() * (THREAD_ROWS.len() + 1)];
+        for rep in 0..args.reps {
+            for (ti, &t) in machine.threads.iter().enumerate() {
+                let base = ti * (THREAD_ROWS.len() + 1);
+                for (ri, (name, kind)) in THREAD_ROWS.iter().enumerate() {
+                    let bare = sum(&measure_threads(
+                        eal,
+                        &mut ports[..t],
+                        &machine.cores,
+                        Kind::Bare,
+                        args.seconds,
+                    )?);
+                    let c =
+                        measure_threads(eal, &mut ports[..t], &machine.cores, *kind, args.seconds)?;
+                    let m = sum(&c);
+                    let dropped: u64 = c.iter().map(|c| c.dropped).sum();
+                    let each: Vec<String> = c.iter().map(|c| format!("{:.2}", c.mpps())).collect();
+                    eprintln!(
+                        "rep {rep} {t} thread(s) {name:<16} {m:>7.2} Mpps (per thread {}; dropped {dropped}; paired bare {bare:.2})",
+                        each.join(" + ")
+                    );
+                    let per_thread_ns = |mpps: f64| t as f64 * 1e3 / mpps;
+                    samples[base].push((bare, 1.0, 0.0));
+                    samples[base + 1 + ri].push((
+                        m,
+                        m / bare,
+                        per_thread_ns(m) - per_thread_ns(bare),
+                    ));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (ti, &t) in machine.threads.iter().enumerate() {
+            for ri in 0..=THREAD_ROWS.len() {
+                let s = &samples[ti * (THREAD_ROWS.len() + 1) + ri];
+                let col = |f: fn(&(f64, f64, f64)) -> f64| {
+                    median(&mut s.iter().map(f).collect::<Vec<_>>())
+                };
+                out.push(ThreadRow {
+                    threads: t,
+                    name: if ri == 0 {
+                        "bare rx->tx"
+                    } else {
+                        THREAD_ROWS[ri - 1].0
+                    },
+                    mpps: col(|x| x.0),
+                    ratio: col(|x| x.1),
+                    added_ns: col(|x| x.2),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn bench(args: &Args, pcap: &std::path::Path, machine: &Machine) -> anyhow::Result<()> {
         let mut eal_args = vec![
             "-l".to_string(),
             args.core.to_string(),
@@ -431,6 +642,15 @@ mod imp {
             format!("--vdev=net_pcap0,rx_pcap={},infinite_rx=1", pcap.display()),
             "--vdev=net_null0".into(),
         ];
+        // Threads 2.. of the scaling table each get their own pair (thread 1 uses pair 0).
+        let max_threads = machine.threads.iter().copied().max().unwrap_or(1);
+        for k in 1..max_threads {
+            eal_args.push(format!(
+                "--vdev=net_pcap_t{k},rx_pcap={},infinite_rx=1",
+                pcap.display()
+            ));
+            eal_args.push(format!("--vdev=net_null_t{k}"));
+        }
         // Engine rows take their ports over for good, so each gets its own fresh pair.
         for i in 1..=ENGINE_ROWS.len() * args.reps {
             eal_args.push(format!(
@@ -451,13 +671,25 @@ mod imp {
         let mut tx_dev = EthDev::open(&eal, "net_null0", &cfg, &pool)?;
         let (mut rxs, _) = rx_dev.split()?;
         let (_, mut txs) = tx_dev.split()?;
-        let mut ports = Ports {
+        let mut all_ports = vec![Ports {
             rx: rxs.pop().context("one rx queue")?,
             tx: txs.pop().context("one tx queue")?,
-            pool: pool.clone(),
-        };
+        }];
+        for k in 1..max_threads {
+            // Its own pool (kept alive by the devices), so threads share no mempool either.
+            let pool = Mempool::new(&eal, &format!("bench_t{k}"), 16383, 0)?;
+            let mut rx_dev = EthDev::open(&eal, &format!("net_pcap_t{k}"), &cfg, &pool)?;
+            let mut tx_dev = EthDev::open(&eal, &format!("net_null_t{k}"), &cfg, &pool)?;
+            let (mut rxs, _) = rx_dev.split()?;
+            let (_, mut txs) = tx_dev.split()?;
+            all_ports.push(Ports {
+                rx: rxs.pop().context("one rx queue")?,
+                tx: txs.pop().context("one tx queue")?,
+            });
+        }
+        let ports = &mut all_ports[0];
         // Warm up caches, the pcap replay and the branch predictors.
-        let _ = measure(&mut ports, Kind::Bare, 0.3)?;
+        let _ = measure(ports, Kind::Bare, 0.3)?;
         if let Some(only) = &args.only {
             let kind = match only.as_str() {
                 "bare" => Kind::Bare,
@@ -468,7 +700,7 @@ mod imp {
                 "cake+bypass" => Kind::Cake { bypass: true, rate: None },
                 other => bail!("--only '{other}' is not a row; try bare, parse, fifo+bypass, fifo, cake or cake+bypass"),
             };
-            let c = measure(&mut ports, kind, args.seconds)?;
+            let c = measure(ports, kind, args.seconds)?;
             println!(
                 "{only}: {:.2} Mpps ({:.1} ns/pkt)",
                 c.mpps(),
@@ -482,7 +714,7 @@ mod imp {
         // Calibration: the shaped row asks for 90 % of what unshaped CAKE carries here, in
         // bits of frame length (CAKE's raw mode), so that row is CPU-feasible.
         let calib = measure(
-            &mut ports,
+            ports,
             Kind::Cake {
                 bypass: false,
                 rate: None,
@@ -530,9 +762,9 @@ mod imp {
                 let bare = if i == 0 {
                     None
                 } else {
-                    Some(measure(&mut ports, Kind::Bare, args.seconds)?.mpps())
+                    Some(measure(ports, Kind::Bare, args.seconds)?.mpps())
                 };
-                let c = measure(&mut ports, *kind, args.seconds)?;
+                let c = measure(ports, *kind, args.seconds)?;
                 eprintln!(
                     "rep {rep} {name:<22} {:>7.2} Mpps (rx {} tx {} dropped {}; paired bare {bare:.2?})",
                     c.mpps(),
@@ -545,13 +777,14 @@ mod imp {
             }
             for (j, (name, kind)) in ENGINE_ROWS.iter().enumerate() {
                 pair += 1;
-                let bare = measure(&mut ports, Kind::Bare, args.seconds)?.mpps();
+                let bare = measure(ports, Kind::Bare, args.seconds)?.mpps();
                 let m = engine_row(&eal, &pool, pair, *kind, args)?;
                 eprintln!("rep {rep} {name:<22} {m:>7.2} Mpps (paired bare {bare:.2})");
                 mpps[rows.len() + j].push(m);
                 ratio[rows.len() + j].push(m / bare);
             }
         }
+        let scaling = thread_table(&eal, &mut all_ports, machine, args)?;
         let med: Vec<f64> = mpps.iter_mut().map(|r| median(r)).collect();
         let rat: Vec<f64> = ratio.iter_mut().map(|r| median(r)).collect();
         let names: Vec<String> = rows
@@ -594,6 +827,35 @@ mod imp {
             shaped_med * 1e6 / target_pps
         );
         println!("{goals}");
+        let mut st = cakewalk_benches::report::Table::new(&[
+            "threads",
+            "row",
+            "Mpps (median, all threads)",
+            "ratio to bare",
+            "added ns/frame/thread",
+        ]);
+        if !scaling.is_empty() {
+            println!(
+                "scaling: each thread its own pinned lcore, net_pcap -> net_null pair and TX queue; Mpps summed over threads"
+            );
+            println!(
+                "{:>7} {:<20} {:>8} {:>8} {:>12}",
+                "threads", "row", "Mpps", "ratio", "added ns/thr"
+            );
+        }
+        for r in &scaling {
+            println!(
+                "{:>7} {:<20} {:>8.2} {:>8.3} {:>12.1}",
+                r.threads, r.name, r.mpps, r.ratio, r.added_ns
+            );
+            st.push(vec![
+                r.threads.to_string(),
+                r.name.to_string(),
+                format!("{:.2}", r.mpps),
+                format!("{:.3}", r.ratio),
+                format!("{:.1}", r.added_ns),
+            ]);
+        }
         if args.write {
             let mut t = cakewalk_benches::report::Table::new(&[
                 "row",
@@ -618,8 +880,8 @@ mod imp {
                  engine rows run the forwarder's own engine (one busy-polling worker). The shaped row asks for 90 % of what \
                  unshaped CAKE carried in a calibration run. Goals (perf-anchors.md): G1 FIFO+bypass/bare >= 0.80, \
                  G2 FIFO+bypass/FIFO >= 1.20, G4 CAKE/bare >= 0.40. Each ratio is the median over the reps of the row's \
-                 rate over a bare run made just before it. This run: {goals}. The machine is shared: compare ratios, not runs.",
-                machine,
+                 rate over a bare run made just before it. This run: {goals}. The machine is shared: compare ratios, not runs.{}",
+                machine.line,
                 cakewalk_benches::report::utc_now(),
                 cakewalk_benches::report::load_average(),
                 args.seconds,
@@ -630,6 +892,28 @@ mod imp {
                 args.seconds,
                 args.reps,
                 t.to_markdown(),
+                if scaling.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "\n\n### Thread scaling on DPDK vdevs (issue #6)\n\n\
+                         Threads {:?}: each thread is its own pinned lcore (cores {}) with its own \
+                         `net_pcap,infinite_rx=1` -> `net_null` pair, mbuf pool and TX queue of one \
+                         `qdisc::mq::MultiQueue` (per-thread queues, as the engine gives its workers; \
+                         CAKE unlimited). Mpps is summed over the threads; each row is paired with a bare \
+                         run of the same thread count just before it, and ratio and added ns per frame \
+                         per thread are medians over those pairs (the bare line is the median of its \
+                         runs). With as many threads as cores, the bench shares its cores with \
+                         everything else on the machine.\n\n{}",
+                        machine.threads,
+                        machine.cores[..max_threads]
+                            .iter()
+                            .map(|c| c.id.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        st.to_markdown().trim_end()
+                    )
+                },
             );
             let path = args.benchmarks.clone().unwrap_or_else(|| {
                 std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md")
@@ -642,12 +926,19 @@ mod imp {
             let rows: Vec<serde_json::Value> = (0..n_rows)
                 .map(|i| serde_json::json!({"row": names[i], "mpps": med[i], "ratio": rat[i]}))
                 .collect();
+            let threads: Vec<serde_json::Value> = scaling
+                .iter()
+                .map(|r| {
+                    serde_json::json!({"threads": r.threads, "row": r.name, "mpps": r.mpps,
+                        "ratio": r.ratio, "added_ns_per_frame_per_thread": r.added_ns})
+                })
+                .collect();
             println!(
                 "{}",
-                serde_json::json!({"frame": args.frame, "flows": args.flows, "rows": rows})
+                serde_json::json!({"frame": args.frame, "flows": args.flows, "rows": rows,
+                    "threads": threads})
             );
         }
-        drop(ports.pool);
         Ok(())
     }
 }

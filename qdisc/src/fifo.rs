@@ -19,7 +19,7 @@
 use std::collections::VecDeque;
 
 use crate::mq::MqQdisc;
-use crate::{Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
+use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
 
 /// Number of bands.
 pub const BANDS: usize = 3;
@@ -152,6 +152,39 @@ impl<P: Packet> Qdisc<P> for Fifo<P> {
         true
     }
 
+    /// An empty FIFO lets the whole burst through (it never shapes): one check and one
+    /// counter update per burst.
+    #[inline]
+    fn bypass_burst<'m, I, F>(
+        &mut self,
+        _now_ns: u64,
+        pkts: &mut I,
+        mut sent: F,
+    ) -> BurstBypass<'m, P>
+    where
+        I: Iterator<Item = (P, &'m PacketMeta)>,
+        F: FnMut(P),
+    {
+        if self.len != 0 {
+            return BurstBypass {
+                first_queued: pkts.next(),
+                ..BurstBypass::default()
+            };
+        }
+        let (mut packets, mut bytes) = (0, 0);
+        for (pkt, _) in pkts.by_ref() {
+            packets += 1;
+            bytes += pkt.len() as u64;
+            sent(pkt);
+        }
+        self.stats.bypassed += packets;
+        BurstBypass {
+            packets,
+            bytes,
+            first_queued: None,
+        }
+    }
+
     fn set_rate(&mut self, rate: Rate) {
         self.last_rate = rate;
         self.stats.rate_changes += 1;
@@ -261,6 +294,25 @@ mod tests {
         assert_eq!(f.rate(), Rate::UNLIMITED);
         assert_eq!(f.last_set_rate(), Rate::from_bits_per_sec(1_000_000));
         assert_eq!(f.stats().bypassed, 1);
+    }
+
+    #[test]
+    fn a_burst_bypasses_whole_into_an_empty_fifo_and_not_at_all_into_a_busy_one() {
+        let mut f = Fifo::new(4);
+        let meta = udp_meta(1, 2, 1, 0);
+        let mut burst = (0..5).map(|i| (TestPacket::new(60, 1, i), &meta));
+        let mut sent = Vec::new();
+        let done = f.bypass_burst(0, &mut burst, |p| sent.push(p.seq));
+        assert!(done.first_queued.is_none());
+        assert_eq!((done.packets, done.bytes), (5, 300));
+        assert_eq!(sent, [0, 1, 2, 3, 4]);
+        assert_eq!(f.stats().bypassed, 5);
+        f.enqueue(0, TestPacket::new(60, 1, 5), &meta);
+        let mut burst = (6..8).map(|i| (TestPacket::new(60, 1, i), &meta));
+        let first = f.bypass_burst(0, &mut burst, |_| panic!("bypassed into a busy FIFO"));
+        assert_eq!(first.first_queued.map(|(p, _)| p.seq), Some(6));
+        assert_eq!(first.packets, 0);
+        assert_eq!(burst.count(), 1);
     }
 
     #[test]

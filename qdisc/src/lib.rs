@@ -92,6 +92,27 @@ pub struct Enqueued {
     pub reason: Option<DropReason>,
 }
 
+/// What [`Qdisc::bypass_burst`] did with the front of a burst.
+#[derive(Debug)]
+pub struct BurstBypass<'m, P> {
+    /// Packets bypassed (handed to `sent`).
+    pub packets: u64,
+    /// Their bytes ([`Packet::len`]).
+    pub bytes: u64,
+    /// The first packet that could not bypass, for the caller to enqueue before the rest.
+    pub first_queued: Option<(P, &'m PacketMeta)>,
+}
+
+impl<P> Default for BurstBypass<'_, P> {
+    fn default() -> Self {
+        BurstBypass {
+            packets: 0,
+            bytes: 0,
+            first_queued: None,
+        }
+    }
+}
+
 /// What every queueing discipline in this crate offers to [`mq::TxQueue`] and the engine.
 pub trait Qdisc<P: Packet> {
     /// Queues `pkt`. Never fails; drops it causes are reported in the result.
@@ -116,6 +137,37 @@ pub trait Qdisc<P: Packet> {
     /// enqueued and dequeued at once, and returns true. Otherwise changes nothing and returns
     /// false, and the caller enqueues normally.
     fn try_bypass(&mut self, now_ns: u64, pkt: &P, meta: &PacketMeta) -> bool;
+
+    /// The bypass for the front of a burst: takes packets from `pkts` while
+    /// [`Qdisc::try_bypass`] would let them through and hands each to `sent`; stops at the
+    /// first one it cannot bypass and returns it in [`BurstBypass::first_queued`] (the caller
+    /// enqueues it, then the rest, in order). Same effect as calling `try_bypass` packet by
+    /// packet, which is what the default does; a discipline overrides it to do its per-burst
+    /// bookkeeping (clock, shaper gate, statistics) once per burst instead of per packet.
+    /// The counts come back in the result so that `sent` need not keep any.
+    fn bypass_burst<'m, I, F>(
+        &mut self,
+        now_ns: u64,
+        pkts: &mut I,
+        mut sent: F,
+    ) -> BurstBypass<'m, P>
+    where
+        Self: Sized,
+        I: Iterator<Item = (P, &'m PacketMeta)>,
+        F: FnMut(P),
+    {
+        let mut done = BurstBypass::default();
+        for (pkt, meta) in pkts.by_ref() {
+            if !self.try_bypass(now_ns, &pkt, meta) {
+                done.first_queued = Some((pkt, meta));
+                break;
+            }
+            done.packets += 1;
+            done.bytes += pkt.len() as u64;
+            sent(pkt);
+        }
+        done
+    }
 
     /// Rate-only update: a pure parameter write (no purge, no cursor move, no table walk).
     fn set_rate(&mut self, rate: Rate);

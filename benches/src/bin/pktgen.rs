@@ -282,8 +282,8 @@ impl Bench {
     }
 
     fn bare(&self, stop: &AtomicBool, warm: &Barrier) -> [Counts; 2] {
-        let mut flow = 0usize;
-        let mask = self.metas.len();
+        let mut gen = Generator::default();
+        let mut rx: Vec<(Frame, &PacketMeta)> = Vec::with_capacity(self.burst);
         let mut tx: Vec<Frame> = Vec::with_capacity(self.burst);
         let mut measure = |stop: &AtomicBool| {
             let mut c = Counts::default();
@@ -291,11 +291,10 @@ impl Bench {
             while !stop.load(Ordering::Relaxed) {
                 // The queue rows read the clock once per burst; so does this one.
                 black_box(t0.elapsed().as_nanos() as u64);
-                for _ in 0..self.burst {
-                    let f = Frame { len: 64 };
-                    black_box(&self.metas[flow]);
-                    flow = if flow + 1 == mask { 0 } else { flow + 1 };
-                    c.generated += 1;
+                gen.fill(&self.metas, self.burst, &mut rx);
+                c.generated += self.burst as u64;
+                for (f, meta) in rx.drain(..) {
+                    black_box(meta);
                     tx.push(f);
                 }
                 c.transmitted += transmit(&mut tx);
@@ -315,8 +314,8 @@ impl Bench {
         stop: &AtomicBool,
         warm: &Barrier,
     ) -> [Counts; 2] {
-        let mut flow = 0usize;
-        let mask = self.metas.len();
+        let mut gen = Generator::default();
+        let mut rx: Vec<(Frame, &PacketMeta)> = Vec::with_capacity(self.burst);
         let mut out: Vec<Frame> = Vec::with_capacity(self.burst * 4);
         let mut tx: Vec<Frame> = Vec::with_capacity(self.burst);
         let mut measure = |stop: &AtomicBool, out: &mut Vec<Frame>| {
@@ -324,14 +323,9 @@ impl Bench {
             let t0 = Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 let now = t0.elapsed().as_nanos() as u64;
-                let burst = (0..self.burst).map(|_| {
-                    let f = Frame { len: 64 };
-                    let meta = &self.metas[flow];
-                    flow = if flow + 1 == mask { 0 } else { flow + 1 };
-                    (f, meta)
-                });
+                gen.fill(&self.metas, self.burst, &mut rx);
                 c.generated += self.burst as u64;
-                let outcome = q.enqueue_burst(now, burst, |result| match result {
+                let outcome = q.enqueue_burst(now, rx.drain(..), |result| match result {
                     Intake::Bypass(f) => tx.push(f),
                     Intake::Queued => {}
                     Intake::Dropped(_, f) => {
@@ -353,6 +347,37 @@ impl Bench {
         warm.wait();
         warm.wait();
         [warmup, measure(stop, &mut out)]
+    }
+}
+
+/// The traffic source of every row: fills an RX burst of 64-byte frames, cycling through the
+/// flows, the way a NIC's RX burst hands frames to the forwarder (the bare loop and the queue
+/// rows share it, so they differ only in what happens to the burst).
+#[derive(Default)]
+struct Generator {
+    flow: usize,
+}
+
+impl Generator {
+    fn fill<'m>(
+        &mut self,
+        metas: &'m [PacketMeta],
+        n: usize,
+        rx: &mut Vec<(Frame, &'m PacketMeta)>,
+    ) {
+        let mut flow = self.flow;
+        for _ in 0..n {
+            let meta = match metas.get(flow) {
+                Some(m) => m,
+                None => {
+                    flow = 0;
+                    &metas[0]
+                }
+            };
+            rx.push((Frame { len: 64 }, meta));
+            flow += 1;
+        }
+        self.flow = flow;
     }
 }
 
@@ -458,45 +483,68 @@ fn run() -> Result<()> {
         "threads",
         "setup",
         "Mpps (median)",
-        "ratio to bare",
+        "ratio to bare (median of pairs)",
         "added ns/frame/thread",
         "drops",
     ]);
     // Median Mpps per thread count (series) and setup (category), for the plot.
     let mut plotted: Vec<Vec<f64>> = Vec::with_capacity(args.threads.len());
     let mut categories: Vec<String> = Vec::new();
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
     for &threads in &args.threads {
-        let mut bare = 0.0;
-        let mut series = Vec::new();
-        for (index, setup) in Setup::ALL.into_iter().enumerate() {
-            if index > 0 && !args.rows.is_empty() && !args.rows.contains(&index) {
-                continue;
-            }
-            let mut runs = Vec::with_capacity(args.reps);
-            let mut drops = 0;
+        // Every repetition of a row runs right after a bare run of its own, and the row's
+        // ratio is the median of those pairs: on a shared machine the load changes from
+        // second to second, and a pair sees nearly the same load.
+        let selected: Vec<Setup> = Setup::ALL
+            .into_iter()
+            .enumerate()
+            .filter(|&(i, _)| i > 0 && (args.rows.is_empty() || args.rows.contains(&i)))
+            .map(|(_, s)| s)
+            .collect();
+        let mut bare_runs = Vec::new();
+        let mut rows = Vec::new();
+        for &setup in &selected {
+            let (mut runs, mut ratios, mut added, mut drops) = (vec![], vec![], vec![], 0);
             for _ in 0..args.reps.max(1) {
+                let bare = bench.row(Setup::Bare, threads)?.mpps;
                 let row = bench.row(setup, threads)?;
+                bare_runs.push(bare);
                 runs.push(row.mpps);
+                ratios.push(if bare > 0.0 { row.mpps / bare } else { 0.0 });
+                // Per-thread cost of one frame, minus the bare loop's: what the queue adds.
+                let ns = |mpps: f64| threads as f64 * 1e3 / mpps.max(1e-9);
+                added.push(ns(row.mpps) - ns(bare));
                 drops += row.drops;
             }
-            runs.sort_by(f64::total_cmp);
-            let median = runs[runs.len() / 2];
-            if setup == Setup::Bare {
-                bare = median;
-            }
-            let ratio = if bare > 0.0 { median / bare } else { 0.0 };
+            rows.push((
+                setup,
+                median(&mut runs),
+                median(&mut ratios),
+                median(&mut added),
+                drops,
+            ));
+        }
+        if selected.is_empty() {
+            bare_runs.push(bench.row(Setup::Bare, threads)?.mpps);
+        }
+        let bare = median(&mut bare_runs);
+        let mut series = Vec::new();
+        for (setup, mpps, ratio, added, drops) in
+            std::iter::once((Setup::Bare, bare, 1.0, 0.0, 0)).chain(rows)
+        {
             if plotted.is_empty() {
                 categories.push(setup.name().to_string());
             }
-            series.push(median);
-            // Per-thread cost of one frame, minus the bare loop's: what the queue adds.
-            let ns = |mpps: f64| threads as f64 * 1e3 / mpps.max(1e-9);
+            series.push(mpps);
             table.push(vec![
                 threads.to_string(),
                 setup.name().to_string(),
-                format!("{median:.2}"),
+                format!("{mpps:.2}"),
                 format!("{ratio:.3}"),
-                format!("{:.1}", ns(median) - ns(bare)),
+                format!("{added:.1}"),
                 drops.to_string(),
             ]);
         }
@@ -513,8 +561,10 @@ fn run() -> Result<()> {
              {markdown}\n\
              Frames are 64 bytes. `drops` are frames offered beyond what the queue could take \
              (intake full), counted, never lost. With 2 threads both feed one queue, so they \
-             contend for its runner lock and intake. The machine is shared: compare rows of \
-             one run (ratios), not runs.\n",
+             contend for its runner lock and intake. Every repetition of a row runs right after \
+             a bare-loop run of its own; the ratio is the median of those pairs' ratios (the \
+             bare row shows the median of all bare runs). The machine is shared: compare \
+             ratios, not runs.\n",
             section_what(cli),
             args.join(" ")
         );

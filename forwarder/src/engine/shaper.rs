@@ -9,7 +9,7 @@
 
 use qdisc::cake::{Cake, CakeConfig};
 use qdisc::mq::{Intake, MqQdisc, NextRun, RunResult, TxQueue, TxQueueStats};
-use qdisc::{Packet, PacketMeta, Qdisc, Rate};
+use qdisc::{BurstBypass, Packet, PacketMeta, Qdisc, Rate};
 
 /// Per-tin figures for stats output (CAKE's `tc -s` per-tin block).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -68,6 +68,14 @@ impl<P: Packet> Qdisc<P> for CakeQueue<P> {
     #[inline]
     fn try_bypass(&mut self, now_ns: u64, pkt: &P, meta: &PacketMeta) -> bool {
         self.0.try_bypass(now_ns, pkt, meta)
+    }
+    #[inline]
+    fn bypass_burst<'m, I, F>(&mut self, now_ns: u64, pkts: &mut I, sent: F) -> BurstBypass<'m, P>
+    where
+        I: Iterator<Item = (P, &'m PacketMeta)>,
+        F: FnMut(P),
+    {
+        self.0.bypass_burst(now_ns, pkts, sent)
     }
     fn set_rate(&mut self, rate: Rate) {
         self.0.set_rate(rate);

@@ -53,6 +53,7 @@
 //!   seen, so no burst is released for the time spent unlimited.
 
 mod ack_filter;
+mod bypass;
 pub mod cobalt;
 mod config;
 pub mod diffserv;
@@ -61,7 +62,7 @@ mod heap;
 pub mod shaper;
 mod stats;
 
-use crate::{Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
+use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
 
 pub use config::{
     AckFilterMode, AtmMode, CakeConfig, ConfigError, DiffservMode, FlowMode, LinkPreset, RttPreset,
@@ -1776,6 +1777,15 @@ impl<P: Packet> Qdisc<P> for Cake<P> {
         st.max_skblen = st.max_skblen.max(len);
         self.stats.bypassed_packets += 1;
         true
+    }
+
+    #[inline]
+    fn bypass_burst<'m, I, F>(&mut self, now_ns: u64, pkts: &mut I, sent: F) -> BurstBypass<'m, P>
+    where
+        I: Iterator<Item = (P, &'m PacketMeta)>,
+        F: FnMut(P),
+    {
+        self.bypass_burst_inner(now_ns, pkts, sent)
     }
 
     fn set_rate(&mut self, rate: Rate) {

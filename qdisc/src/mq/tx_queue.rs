@@ -380,18 +380,20 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         }
         let pending = guard.with(|r| {
             let now_ns = r.sync.clamp(now_ns);
-            let mut bypass = self.bypass && r.qdisc.is_empty();
             // Counted in locals and added once per burst: per-packet stores through `r`
             // cannot be kept in registers across `on_result`.
             let (mut bypassed, mut bypassed_bytes, mut queued) = (0u64, 0u64, 0usize);
-            for (pkt, meta) in pkts {
-                if bypass && r.qdisc.try_bypass(now_ns, &pkt, meta) {
-                    bypassed += 1;
-                    bypassed_bytes += pkt.len() as u64;
-                    on_result(Intake::Bypass(pkt));
-                    continue;
-                }
-                bypass = false;
+            let mut pkts = pkts.into_iter();
+            let first_queued = if self.bypass && r.qdisc.is_empty() {
+                let done = r
+                    .qdisc
+                    .bypass_burst(now_ns, &mut pkts, |pkt| on_result(Intake::Bypass(pkt)));
+                (bypassed, bypassed_bytes) = (done.packets, done.bytes);
+                done.first_queued
+            } else {
+                pkts.next()
+            };
+            for (pkt, meta) in first_queued.into_iter().chain(pkts) {
                 r.enqueue_one(now_ns, pkt, meta);
                 queued += 1;
             }

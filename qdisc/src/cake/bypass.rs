@@ -95,6 +95,7 @@ impl<P: Packet> Cake<P> {
         // to the next one's load.
         let mut run_tin = usize::MAX;
         let mut run = TinSums::default();
+        let (mut same_min, mut same_max) = (u32::MAX, 0u32);
         let mut stopped = None;
         for (pkt, meta) in pkts.by_ref() {
             if SHAPED && now < self.time_next.next_ns {
@@ -104,17 +105,23 @@ impl<P: Packet> Cake<P> {
             let t = self.select_tin(meta) % MAX_TINS;
             let len = clamp_u32(pkt.len());
             let l2 = u32::from(meta.l2_len);
-            let (adj, netlen) = if IDENTITY && meta.gso_segs <= 1 {
-                (len, len)
-            } else if meta.gso_segs <= 1 {
-                overhead.adjust(len, l2)
+            let adj = if IDENTITY && meta.gso_segs <= 1 {
+                // Network and adjusted length are both `len`: one min/max pair for both.
+                same_min = same_min.min(len);
+                same_max = same_max.max(len);
+                len
             } else {
-                overhead.adjust_gso(len, l2, meta.gso_segs)
+                let (adj, netlen) = if meta.gso_segs <= 1 {
+                    overhead.adjust(len, l2)
+                } else {
+                    overhead.adjust_gso(len, l2, meta.gso_segs)
+                };
+                lengths.min_net = lengths.min_net.min(netlen);
+                lengths.max_net = lengths.max_net.max(netlen);
+                lengths.min_adj = lengths.min_adj.min(adj);
+                lengths.max_adj = lengths.max_adj.max(adj);
+                adj
             };
-            lengths.min_net = lengths.min_net.min(netlen);
-            lengths.max_net = lengths.max_net.max(netlen);
-            lengths.min_adj = lengths.min_adj.min(adj);
-            lengths.max_adj = lengths.max_adj.max(adj);
             lengths.avg_netoff_fp = ewma(lengths.avg_netoff_fp, u64::from(l2.min(0xffff)) << 16, 8);
             if t != run_tin {
                 self.switch_run(now, &mut sums, &mut run_tin, &mut run, t);
@@ -128,6 +135,10 @@ impl<P: Packet> Cake<P> {
             sent(pkt);
         }
         self.switch_run(now, &mut sums, &mut run_tin, &mut run, usize::MAX);
+        lengths.min_net = lengths.min_net.min(same_min);
+        lengths.min_adj = lengths.min_adj.min(same_min);
+        lengths.max_net = lengths.max_net.max(same_max);
+        lengths.max_adj = lengths.max_adj.max(same_max);
         let (packets, bytes) = self.flush_bypass_stats(&sums, &lengths);
         BurstBypass {
             packets,

@@ -471,6 +471,7 @@ impl<P: PortBuf> Worker<P> {
         let lp = self.layout;
         let mut local = vec![0u64; lp.len()];
         let mut burst: Vec<P> = Vec::with_capacity(bs);
+        let mut metas = vec![PacketMeta::default(); bs];
         let mut scratch: Vec<P> = Vec::with_capacity(bs * 4);
         let mut bpkts: Vec<Vec<P>> = (0..lp.egress_count())
             .map(|_| Vec::with_capacity(bs))
@@ -510,16 +511,19 @@ impl<P: PortBuf> Worker<P> {
                     work += n;
                     let mut bytes = 0u64;
                     let mut malformed = 0u64;
-                    for pkt in burst.drain(..) {
+                    // Parse the whole burst first, each meta written in place, then sort by
+                    // TX queue: a meta copied right after parsing waits on its stores
+                    // (see `wire::parse_into`).
+                    debug_assert!(burst.len() <= metas.len(), "rx_burst returned <= bs");
+                    for (pkt, meta) in burst.iter().zip(metas.iter_mut()) {
                         bytes += pkt.len() as u64;
-                        let mut parsed = crate::wire::parse(pkt.data());
-                        malformed += u64::from(parsed.malformed.is_some());
-                        if let Some(h) = pkt.rss_hash() {
-                            parsed.meta.l4_hash = Some(h);
-                        }
-                        let e = slot.out * nq + queue_for(&parsed.meta, nq);
+                        malformed += u64::from(crate::wire::parse_into(pkt.data(), meta).is_some());
+                        meta.l4_hash = pkt.rss_hash();
+                    }
+                    for (pkt, meta) in burst.drain(..).zip(metas.iter()) {
+                        let e = slot.out * nq + queue_for(meta, nq);
                         bpkts[e].push(pkt);
-                        bmetas[e].push(parsed.meta);
+                        bmetas[e].push(*meta);
                     }
                     // One offer per TX queue per burst (per-flow order is kept: a flow maps
                     // to one queue).

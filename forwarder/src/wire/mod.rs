@@ -22,7 +22,7 @@ pub mod tcp;
 
 pub use build::{build_tcp_frame, build_udp_frame, TcpSpec, DST_MAC, SRC_MAC};
 pub use ecn::{set_ce, set_ce_at, wash_dscp};
-pub use parse::{parse, protocol, tcp_ack_info, Malformed, Parsed, ARP_DSCP};
+pub use parse::{parse, parse_into, protocol, tcp_ack_info, Malformed, Parsed, ARP_DSCP};
 
 #[cfg(test)]
 mod props;

@@ -47,6 +47,24 @@ fn udp_frame() -> impl Strategy<Value = (Vec<u8>, IpAddr, IpAddr, u16, u16, u8, 
         })
 }
 
+/// An IPv6 UDP frame with DSCP and ECN set: a meta unlike most generated ones.
+fn frame_for_stale() -> Vec<u8> {
+    let mut buf = vec![0u8; 128];
+    let n = build_udp_frame(
+        &mut buf,
+        "2001:db8::1".parse().expect("literal"),
+        "2001:db8::2".parse().expect("literal"),
+        1,
+        2,
+        46,
+        1,
+        4,
+    )
+    .expect("fits");
+    buf.truncate(n);
+    buf
+}
+
 fn ipv4_checksum_ok(frame: &[u8]) -> bool {
     let p = parse(frame);
     Ipv4Packet::new_checked(&frame[usize::from(p.l3_offset)..])
@@ -89,6 +107,29 @@ proptest! {
         let _ = tcp_ack_info(&f);
         let _ = set_ce(&mut f);
         let _ = wash_dscp(&mut f);
+    }
+
+    #[test]
+    fn parse_into_overwrites_a_stale_meta_with_what_parse_finds(
+        (frame, ..) in udp_frame(),
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+        cut in any::<usize>(),
+        stale_port in any::<u16>(),
+    ) {
+        let mut f = frame;
+        for (at, byte) in flips {
+            let i = at % f.len();
+            f[i] = byte;
+        }
+        f.truncate(cut % (f.len() + 1));
+        // A slot still holding the previous burst's packet: every field must be replaced.
+        let mut meta = parse(&frame_for_stale()).meta;
+        meta.keys.src_port = stale_port;
+        meta.l4_hash = Some(7);
+        meta.mark = 9;
+        let p = parse(&f);
+        prop_assert_eq!(parse_into(&f, &mut meta), p.malformed);
+        prop_assert_eq!(meta, p.meta);
     }
 
     #[test]

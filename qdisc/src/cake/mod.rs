@@ -61,6 +61,7 @@ mod hash;
 mod heap;
 pub mod shaper;
 mod stats;
+mod table;
 
 use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
 
@@ -77,6 +78,7 @@ use cobalt::{CobaltParams, CobaltVars, Verdict};
 use heap::OverflowHeap;
 use shaper::{Clock, Overhead, RateNs};
 use stats::ewma;
+use table::FlowTable;
 
 /// Flow queues per tin.
 pub const FLOWS_PER_TIN: usize = 1024;
@@ -154,6 +156,15 @@ impl Default for Flow {
 struct Link {
     next: u16,
     prev: u16,
+}
+
+impl Default for Link {
+    fn default() -> Link {
+        Link {
+            next: NIL16,
+            prev: NIL16,
+        }
+    }
 }
 
 /// Host-fairness tags (`struct cake_host` minus the bulk counts, which live in compact
@@ -257,12 +268,12 @@ pub struct Cake<P> {
     backlog: u64,
 
     tins: [Tin; MAX_TINS],
-    flows: Box<[Flow]>,
-    links: Box<[Link]>,
-    tags: Box<[u32]>,
-    hosts: Box<[Host]>,
-    src_bulk: Box<[u16]>,
-    dst_bulk: Box<[u16]>,
+    flows: FlowTable<Flow>,
+    links: FlowTable<Link>,
+    tags: FlowTable<u32>,
+    hosts: FlowTable<Host>,
+    src_bulk: FlowTable<u16>,
+    dst_bulk: FlowTable<u16>,
     heap: OverflowHeap,
     overflow_timeout: u32,
 
@@ -319,19 +330,12 @@ impl<P: Packet> Cake<P> {
             qlen: 0,
             backlog: 0,
             tins: Default::default(),
-            flows: vec![Flow::default(); ALL_FLOWS].into_boxed_slice(),
-            links: vec![
-                Link {
-                    next: NIL16,
-                    prev: NIL16
-                };
-                ALL_FLOWS
-            ]
-            .into_boxed_slice(),
-            tags: vec![0u32; ALL_FLOWS].into_boxed_slice(),
-            hosts: vec![Host::default(); ALL_FLOWS].into_boxed_slice(),
-            src_bulk: vec![0u16; ALL_FLOWS].into_boxed_slice(),
-            dst_bulk: vec![0u16; ALL_FLOWS].into_boxed_slice(),
+            flows: FlowTable::new(Flow::default()),
+            links: FlowTable::new(Link::default()),
+            tags: FlowTable::new(0),
+            hosts: FlowTable::new(Host::default()),
+            src_bulk: FlowTable::new(0),
+            dst_bulk: FlowTable::new(0),
             heap: OverflowHeap::new(ALL_FLOWS),
             overflow_timeout: 0,
             slots: Vec::new(),
@@ -502,16 +506,13 @@ impl<P: Packet> Cake<P> {
                 self.stats.tins[t].dropped_packets += 1;
                 self.stats.purged_packets += 1;
             }
-            self.links[fid] = Link {
-                next: NIL16,
-                prev: NIL16,
-            };
+            self.links[fid] = Link::default();
             let rec_inv_sqrt = self.flows[fid].cv.rec_inv_sqrt;
             self.flows[fid] = Flow::default();
             self.flows[fid].cv.rec_inv_sqrt = rec_inv_sqrt;
         }
-        self.src_bulk[base..base + FLOWS_PER_TIN].fill(0);
-        self.dst_bulk[base..base + FLOWS_PER_TIN].fill(0);
+        self.src_bulk.tin_mut(t).fill(0);
+        self.dst_bulk.tin_mut(t).fill(0);
         let tin = &mut self.tins[t];
         tin.lists = Default::default();
         tin.tin_deficit = 0;
@@ -898,10 +899,7 @@ impl<P: Packet> Cake<P> {
         } else {
             self.links[usize::from(next)].prev = prev;
         }
-        self.links[fid] = Link {
-            next: NIL16,
-            prev: NIL16,
-        };
+        self.links[fid] = Link::default();
         self.flows[fid].list = NO_LIST;
     }
 

@@ -157,8 +157,10 @@ pub struct CakeStats {
     pub drops: [u64; 6],
     /// Drops by reason (bytes), indexed like [`DropReason::ALL`].
     pub drop_bytes: [u64; 6],
-    /// Per-tin statistics, indexed by tin (always 8; see [`CakeStats::active_tins`]).
-    pub tins: Vec<TinStats>,
+    /// Per-tin statistics, indexed by tin (always 8; see [`CakeStats::active_tins`]). An
+    /// array rather than a `Vec`: the per-packet counters are then at fixed offsets from
+    /// the instance, with no pointer to load and no length to check.
+    pub tins: [TinStats; super::diffserv::MAX_TINS],
     /// How many tins the current diffserv mode uses.
     pub tin_count: usize,
     pub(crate) avg_netoff_fp: u32,
@@ -194,9 +196,7 @@ impl CakeStats {
             purged_packets: 0,
             drops: [0; 6],
             drop_bytes: [0; 6],
-            tins: (0..super::diffserv::MAX_TINS)
-                .map(|_| TinStats::new())
-                .collect(),
+            tins: std::array::from_fn(|_| TinStats::new()),
             tin_count: 1,
             avg_netoff_fp: 0,
         }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 
 use super::intake::IntakeRing;
-use super::shared_rate::{SharedRate, SyncConfig};
+use super::shared_rate::{SharedRate, SyncConfig, SPARSE_HORIZON_NS};
 use super::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering, RunnerLock};
 use super::MqQdisc;
 use crate::{Dequeue, DropReason, Enqueued, Packet, PacketMeta, Rate};
@@ -186,6 +186,11 @@ pub struct TxQueue<P, Q> {
     _q: PhantomData<fn() -> Q>,
 }
 
+/// The horizon of a queue's recent rate, against which its long-run rate is checked (a light
+/// sender's bursts stay within a few times its long-run rate over this span; a queue that
+/// turned bulk does not).
+const FAST_HORIZON_NS: u64 = 5_000_000;
+
 /// The runner's counters as other threads see them.
 #[derive(Default)]
 struct Published {
@@ -239,6 +244,13 @@ struct SyncState {
     published_bytes: u64,
     /// Backlog bytes as of the last publish.
     published_backlog: u64,
+    /// Delivered bytes and elapsed time, each decayed over `SPARSE_HORIZON_NS`: their ratio
+    /// is the queue's long-run rate.
+    average_bytes: u64,
+    average_ns: u64,
+    /// The same over `FAST_HORIZON_NS`.
+    recent_bytes: u64,
+    recent_ns: u64,
 }
 
 impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
@@ -278,6 +290,10 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                     now_ns: 0,
                     published_bytes: 0,
                     published_backlog: 0,
+                    average_bytes: 0,
+                    average_ns: 0,
+                    recent_bytes: 0,
+                    recent_ns: 0,
                 },
                 _p: PhantomData,
             }),
@@ -620,8 +636,51 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         } else {
             u128::from(measured) * 100 / u128::from(share_before)
         };
+        // The long-run average (an exponential average over SPARSE_HORIZON_NS, normalised by
+        // the time it covers so that it is right from the first windows) and, when the queue
+        // is thin and uses well under its share, what siblings keep reserved for it while it
+        // is quiet (see `shared_rate::SPARSE_HORIZON_NS`). A queue that was busy keeps
+        // nothing reserved, so its share is released at once when it stops.
+        if r.sync.synced_once {
+            let horizon = u128::from(SPARSE_HORIZON_NS);
+            let keep = horizon - u128::from(elapsed).min(horizon);
+            let bytes =
+                u128::from(r.sync.average_bytes) * keep / horizon + u128::from(r.sync.window_bytes);
+            let ns = u128::from(r.sync.average_ns) * keep / horizon + u128::from(elapsed);
+            r.sync.average_bytes = bytes.min(u128::from(u64::MAX)) as u64;
+            r.sync.average_ns = ns.min(u128::from(u64::MAX)) as u64;
+            let fast = u128::from(FAST_HORIZON_NS);
+            let keep = fast - u128::from(elapsed).min(fast);
+            r.sync.recent_bytes = (u128::from(r.sync.recent_bytes) * keep / fast
+                + u128::from(r.sync.window_bytes))
+            .min(u128::from(u64::MAX)) as u64;
+            r.sync.recent_ns = (u128::from(r.sync.recent_ns) * keep / fast + u128::from(elapsed))
+                .min(u128::from(u64::MAX)) as u64;
+        }
+        let recent = if r.sync.recent_ns == 0 {
+            0
+        } else {
+            (u128::from(r.sync.recent_bytes) * 1_000_000_000 / u128::from(r.sync.recent_ns)) as u64
+        };
+        let average = if r.sync.average_ns == 0 {
+            0
+        } else {
+            (u128::from(r.sync.average_bytes) * 1_000_000_000 / u128::from(r.sync.average_ns))
+                as u64
+        };
+        // A light queue (long-run rate under half its share, and no recent surge above it) that holds packets is draining
+        // a burst, not short of rate: it stays thin, so that siblings keep counting it with
+        // its long-run rate instead of handing it a full fair share.
+        // The few-ms average must stay within twice the long-run one: a light queue that
+        // turns bulk stops being light within a few ms, not after its long-run average caught
+        // up, and a queue that uses its share (recent ~ share) is never light, since both
+        // tests together need recent <= 2 x average < share.
+        let light = r.sync.synced_once
+            && average.saturating_mul(2) < share_before
+            && recent <= average.saturating_mul(2);
         let held_back = r.sync.published_backlog > 0;
-        let saturated = used_percent >= u128::from(saturation) || held_back && used_percent >= 50;
+        let saturated = used_percent >= u128::from(saturation) && !light
+            || held_back && used_percent >= 50 && !light;
         let demand = if saturated || measured == 0 && held_back {
             None
         } else {
@@ -635,7 +694,12 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         };
         let (share, active) =
             self.shared
-                .compute_share(self.index, r.sync.last_check_ns, demand, bound_from);
+                .compute_share(self.index, now_ns, r.sync.last_check_ns, demand, bound_from);
+        let sparse = match demand {
+            Some(_) if light && average.saturating_mul(2) < share => average,
+            _ => 0,
+        };
+        mine.sparse_bps.store(sparse, Ordering::Relaxed);
         mine.measured_bps.store(measured, Ordering::Relaxed);
         mine.saturated.store(demand.is_none(), Ordering::Relaxed);
         mine.share_bps.store(share, Ordering::Relaxed);

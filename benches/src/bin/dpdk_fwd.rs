@@ -99,8 +99,8 @@ mod imp {
         /// The BENCHMARKS.md that `--write` updates (default: the workspace's).
         #[arg(long)]
         benchmarks: Option<PathBuf>,
-        /// Run only this inline row once (bare, parse, fifo+bypass, fifo, cake, cake+bypass),
-        /// e.g. under `perf record`.
+        /// Run only this row once (bare, parse, fifo+bypass, fifo, cake, cake+bypass,
+        /// engine-fifo+bypass, engine-cake), e.g. under `perf record`.
         #[arg(long)]
         only: Option<String>,
         /// Thread counts for the scaling table, comma-separated: each thread is its own pinned
@@ -393,8 +393,8 @@ mod imp {
         kind: Kind,
         args: &Args,
     ) -> anyhow::Result<f64> {
-        use forwarder::engine::{self, EngineConfig, EnginePorts, IdleMode, Shaper, WorkerHook};
-        use qdisc::mq::TxQueue as Queue;
+        use forwarder::app::{build_queues, QueueChoice};
+        use forwarder::engine::{self, EngineConfig, EnginePorts, IdleMode, WorkerHook};
         use std::sync::Arc;
         use std::time::{Duration, Instant};
 
@@ -418,38 +418,28 @@ mod imp {
             tx: vec![tx(atx), tx(btx)],
             forward: vec![Some(1), None],
         };
-        let shaper = || -> anyhow::Result<Arc<dyn Shaper<Mbuf>>> {
-            Ok(match kind {
-                Kind::Fifo { bypass } => {
-                    let q = <Fifo<Mbuf> as MqQdisc<Mbuf>>::build(&FifoConfig {
-                        limit_packets: 1024,
-                    })?;
-                    Arc::new(Queue::new(
-                        q,
-                        TxQueueOptions {
-                            bypass,
-                            ..TxQueueOptions::default()
-                        },
-                    ))
-                }
-                Kind::Cake { bypass, rate } => {
-                    let c = CakeConfig {
-                        rate: rate.unwrap_or(Rate::UNLIMITED),
-                        ..CakeConfig::default()
-                    };
-                    let q = forwarder::engine::shaper::CakeQueue(Cake::new(&c)?);
-                    Arc::new(Queue::new(
-                        q,
-                        TxQueueOptions {
-                            bypass,
-                            ..TxQueueOptions::default()
-                        },
-                    ))
-                }
-                Kind::Bare | Kind::Parse => bail!("engine rows are fifo or cake"),
-            })
+        // The queues `cakewalk run` builds (app::build_queues): one MultiQueue per egress port,
+        // offered a burst at a time.
+        let (choice, bypass) = match kind {
+            Kind::Fifo { bypass } => (QueueChoice::Fifo, bypass),
+            Kind::Cake { bypass, rate } => (
+                QueueChoice::Cake(CakeConfig {
+                    rate: rate.unwrap_or(Rate::UNLIMITED),
+                    ..CakeConfig::default()
+                }),
+                bypass,
+            ),
+            Kind::Bare | Kind::Parse => bail!("engine rows are fifo or cake"),
         };
-        let shapers = vec![shaper()?, shaper()?];
+        let (shapers, _targets) = build_queues::<Mbuf>(
+            &choice,
+            2,
+            1,
+            TxQueueOptions {
+                bypass,
+                ..TxQueueOptions::default()
+            },
+        )?;
         let ecfg = EngineConfig {
             workers: 1,
             tx_queues: 1,
@@ -694,6 +684,14 @@ mod imp {
         // Warm up caches, the pcap replay and the branch predictors.
         let _ = measure(ports, Kind::Bare, 0.3)?;
         if let Some(only) = &args.only {
+            if let Some((_, kind)) = ENGINE_ROWS
+                .iter()
+                .find(|(n, _)| n.replace(' ', "-") == *only)
+            {
+                let m = engine_row(&eal, &pool, 1, *kind, args)?;
+                println!("{only}: {m:.2} Mpps ({:.1} ns/pkt)", 1e3 / m);
+                return Ok(());
+            }
             let kind = match only.as_str() {
                 "bare" => Kind::Bare,
                 "parse" => Kind::Parse,
@@ -701,7 +699,7 @@ mod imp {
                 "fifo" => Kind::Fifo { bypass: false },
                 "cake" => Kind::Cake { bypass: false, rate: None },
                 "cake+bypass" => Kind::Cake { bypass: true, rate: None },
-                other => bail!("--only '{other}' is not a row; try bare, parse, fifo+bypass, fifo, cake or cake+bypass"),
+                other => bail!("--only '{other}' is not a row; try bare, parse, fifo+bypass, fifo, cake, cake+bypass, engine-fifo+bypass or engine-cake"),
             };
             let c = measure(ports, kind, args.seconds)?;
             println!(

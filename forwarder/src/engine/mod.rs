@@ -471,13 +471,16 @@ impl<P: PortBuf> Worker<P> {
         let lp = self.layout;
         let mut local = vec![0u64; lp.len()];
         let mut burst: Vec<P> = Vec::with_capacity(bs);
+        // Scratch metas for sorting a burst over several TX queues.
         let mut metas = vec![PacketMeta::default(); bs];
         let mut scratch: Vec<P> = Vec::with_capacity(bs * 4);
         let mut bpkts: Vec<Vec<P>> = (0..lp.egress_count())
             .map(|_| Vec::with_capacity(bs))
             .collect();
+        // Always `bs` long: `bmetas[e][..bpkts[e].len()]` belong to the packets in `bpkts[e]`,
+        // so the parser can write them in place.
         let mut bmetas: Vec<Vec<PacketMeta>> = (0..lp.egress_count())
-            .map(|_| Vec::with_capacity(bs))
+            .map(|_| vec![PacketMeta::default(); bs])
             .collect();
         let mut unfinished = self.rx.len();
         let mut idle_iters: u32 = 0;
@@ -513,17 +516,28 @@ impl<P: PortBuf> Worker<P> {
                     let mut malformed = 0u64;
                     // Parse the whole burst first, each meta written in place, then sort by
                     // TX queue: a meta copied right after parsing waits on its stores
-                    // (see `wire::parse_into`).
-                    debug_assert!(burst.len() <= metas.len(), "rx_burst returned <= bs");
-                    for (pkt, meta) in burst.iter().zip(metas.iter_mut()) {
+                    // (see `wire::parse_into`). With one TX queue the parser writes straight
+                    // into that queue's metas and nothing is copied.
+                    debug_assert!(burst.len() <= bs, "rx_burst returns at most bs");
+                    let base = slot.out * nq;
+                    let parsed = if nq == 1 {
+                        &mut bmetas[base]
+                    } else {
+                        &mut metas
+                    };
+                    for (pkt, meta) in burst.iter().zip(parsed.iter_mut()) {
                         bytes += pkt.len() as u64;
                         malformed += u64::from(crate::wire::parse_into(pkt.data(), meta).is_some());
                         meta.l4_hash = pkt.rss_hash();
                     }
-                    for (pkt, meta) in burst.drain(..).zip(metas.iter()) {
-                        let e = slot.out * nq + queue_for(meta, nq);
-                        bpkts[e].push(pkt);
-                        bmetas[e].push(*meta);
+                    if nq == 1 {
+                        bpkts[base].append(&mut burst);
+                    } else {
+                        for (pkt, meta) in burst.drain(..).zip(metas.iter()) {
+                            let e = base + queue_for(meta, nq);
+                            bmetas[e][bpkts[e].len()] = *meta;
+                            bpkts[e].push(pkt);
+                        }
                     }
                     // One offer per TX queue per burst (per-flow order is kept: a flow maps
                     // to one queue).
@@ -535,7 +549,8 @@ impl<P: PortBuf> Worker<P> {
                         let tx = &mut self.tx;
                         let handoff = &self.handoff[e];
                         let local = &mut local;
-                        self.shapers[e].offer_burst(now, &mut bpkts[e], &bmetas[e], &mut |r| {
+                        let offered = &bmetas[e][..bpkts[e].len()];
+                        self.shapers[e].offer_burst(now, &mut bpkts[e], offered, &mut |r| {
                             match r {
                                 Intake::Queued => {}
                                 // Counted by the queue itself.
@@ -555,7 +570,6 @@ impl<P: PortBuf> Worker<P> {
                                 }
                             }
                         });
-                        bmetas[e].clear();
                     }
                     local[lp.port(slot.port, port::RX_PACKETS)] += n as u64;
                     local[lp.port(slot.port, port::RX_BYTES)] += bytes;

@@ -140,29 +140,69 @@ struct Transport {
     dst_port: u16,
 }
 
+/// What the parser needs to know about an IP protocol: the shortest transport header it
+/// accepts, and whether that header starts with source and destination ports.
+#[derive(Clone, Copy)]
+struct L4Rule {
+    min_len: u8,
+    ports: bool,
+}
+
+/// [`L4Rule`] by protocol number. A table rather than a `match`: the match compiled to a jump
+/// table, and its indirect branch was the costliest instruction of the per-frame parse
+/// (perf annotate of dpdk_fwd); a table load and two predictable branches are cheaper.
+static L4_RULES: [L4Rule; 256] = {
+    let mut t = [L4Rule {
+        min_len: 0,
+        ports: false,
+    }; 256];
+    t[protocol::TCP as usize] = L4Rule {
+        min_len: super::tcp::MIN_HEADER_LEN as u8,
+        ports: true,
+    };
+    t[protocol::UDP as usize] = L4Rule {
+        min_len: 8,
+        ports: true,
+    };
+    t[protocol::UDPLITE as usize] = L4Rule {
+        min_len: 8,
+        ports: true,
+    };
+    t[protocol::SCTP as usize] = L4Rule {
+        min_len: 4,
+        ports: true,
+    };
+    t[protocol::DCCP as usize] = L4Rule {
+        min_len: 4,
+        ports: true,
+    };
+    t[protocol::ICMP as usize] = L4Rule {
+        min_len: 4,
+        ports: false,
+    };
+    t[protocol::ICMPV6 as usize] = L4Rule {
+        min_len: 4,
+        ports: false,
+    };
+    t
+};
+
 /// Reads ports from the upper-layer header at the start of `l4`.
 #[inline(always)]
 fn transport(protocol: u8, l4: &[u8]) -> Result<Transport, Malformed> {
-    let ports = |l4: &[u8], min: usize| -> Result<Transport, Malformed> {
-        match l4 {
-            [a, b, c, d, ..] if l4.len() >= min => Ok(Transport {
-                src_port: u16::from_be_bytes([*a, *b]),
-                dst_port: u16::from_be_bytes([*c, *d]),
-            }),
-            _ => Err(Malformed::TruncatedL4),
-        }
-    };
-    match protocol {
-        protocol::TCP => {
-            let tcp = TcpSegment::new_checked(l4)?;
-            Ok(Transport {
-                src_port: tcp.src_port(),
-                dst_port: tcp.dst_port(),
-            })
-        }
-        protocol::UDP | protocol::UDPLITE => ports(l4, 8),
-        protocol::SCTP | protocol::DCCP => ports(l4, 4),
-        protocol::ICMP | protocol::ICMPV6 if l4.len() < 4 => Err(Malformed::TruncatedL4),
+    let rule = L4_RULES[usize::from(protocol)];
+    if l4.len() < usize::from(rule.min_len) {
+        return Err(Malformed::TruncatedL4);
+    }
+    if protocol == protocol::TCP {
+        // Also checks the data offset.
+        TcpSegment::new_checked(l4)?;
+    }
+    match l4 {
+        [a, b, c, d, ..] if rule.ports => Ok(Transport {
+            src_port: u16::from_be_bytes([*a, *b]),
+            dst_port: u16::from_be_bytes([*c, *d]),
+        }),
         _ => Ok(Transport {
             src_port: 0,
             dst_port: 0,
@@ -550,6 +590,47 @@ mod tests {
             parse(&frame([0x86, 0xdd], &v)).malformed,
             Some(Malformed::BadIpVersion)
         );
+    }
+
+    /// The `match` the rule table replaced, kept as the oracle.
+    fn transport_by_match(protocol: u8, l4: &[u8]) -> Result<(u16, u16), Malformed> {
+        let ports = |min: usize| match l4 {
+            [a, b, c, d, ..] if l4.len() >= min => {
+                Ok((u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d])))
+            }
+            _ => Err(Malformed::TruncatedL4),
+        };
+        match protocol {
+            protocol::TCP => {
+                let tcp = TcpSegment::new_checked(l4)?;
+                Ok((tcp.src_port(), tcp.dst_port()))
+            }
+            protocol::UDP | protocol::UDPLITE => ports(8),
+            protocol::SCTP | protocol::DCCP => ports(4),
+            protocol::ICMP | protocol::ICMPV6 if l4.len() < 4 => Err(Malformed::TruncatedL4),
+            _ => Ok((0, 0)),
+        }
+    }
+
+    #[test]
+    fn the_l4_rule_table_agrees_with_the_match_for_every_protocol_and_length() {
+        let mut l4 = [0u8; 64];
+        for (i, b) in l4.iter_mut().enumerate() {
+            *b = i as u8 + 1;
+        }
+        for data_offset in [0x00, 0x40, 0x50, 0x80, 0xf0] {
+            l4[12] = data_offset;
+            for protocol in 0..=255u8 {
+                for len in 0..=l4.len() {
+                    let got = transport(protocol, &l4[..len]).map(|t| (t.src_port, t.dst_port));
+                    let want = transport_by_match(protocol, &l4[..len]);
+                    assert_eq!(
+                        got, want,
+                        "protocol {protocol} len {len} offset {data_offset:#x}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

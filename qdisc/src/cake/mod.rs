@@ -587,7 +587,6 @@ impl<P: Packet> Cake<P> {
             + (self.src_bulk.len() + self.dst_bulk.len()) * size_of::<u16>()
             + self.heap.bytes()
             + self.ack.capacity() * size_of::<AckEntry>()
-            + self.stats.tins.len() * size_of::<TinStats>()
             + hist
     }
 

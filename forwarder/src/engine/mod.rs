@@ -545,10 +545,12 @@ impl<P: PortBuf> Worker<P> {
                         if bpkts[e].is_empty() {
                             continue;
                         }
-                        let owned = self.owned[e];
-                        let tx = &mut self.tx;
+                        // The callback runs once per packet that leaves the queue at once:
+                        // it only pushes and counts in registers; the counters and the target
+                        // (own pending burst or the owner's handoff) are settled per burst.
+                        let mut pending = self.owned[e].map(|i| &mut self.tx[i].pending);
                         let handoff = &self.handoff[e];
-                        let local = &mut local;
+                        let (mut bypassed, mut intake_full) = (0u64, 0u64);
                         let offered = &bmetas[e][..bpkts[e].len()];
                         self.shapers[e].offer_burst(now, &mut bpkts[e], offered, &mut |r| {
                             match r {
@@ -556,20 +558,22 @@ impl<P: PortBuf> Worker<P> {
                                 // Counted by the queue itself.
                                 Intake::Dropped(_, p) => drop(p),
                                 Intake::Bypass(p) => {
-                                    local[lp.egress(e, egress::BYPASS)] += 1;
-                                    match owned {
-                                        Some(i) => tx[i].pending.push(p),
+                                    bypassed += 1;
+                                    match pending.as_deref_mut() {
+                                        Some(pending) => pending.push(p),
                                         None => {
                                             if let Err(p) = handoff.push(p) {
                                                 drop(p);
-                                                let r = reason_index(DropReason::IntakeFull);
-                                                local[lp.egress(e, egress::DROPS + r)] += 1;
+                                                intake_full += 1;
                                             }
                                         }
                                     }
                                 }
                             }
                         });
+                        local[lp.egress(e, egress::BYPASS)] += bypassed;
+                        let full = egress::DROPS + reason_index(DropReason::IntakeFull);
+                        local[lp.egress(e, full)] += intake_full;
                     }
                     local[lp.port(slot.port, port::RX_PACKETS)] += n as u64;
                     local[lp.port(slot.port, port::RX_BYTES)] += bytes;

@@ -396,8 +396,17 @@ impl Probe {
     }
 }
 
-/// Runs the probe from a to b for `secs` and returns RTT percentiles and loss.
+/// Runs the probe from a to b for `secs` and returns RTT percentiles and loss. irtt gives up
+/// without a result when its handshake is lost (a flooded queue can drop it), so a failed
+/// probe is run once more before the row is reported as failed.
 fn probe_latency(lab: &mut Lab, w: &Wire, probe: Probe, secs: f64) -> Result<Latency> {
+    probe_once(lab, w, probe, secs).or_else(|first| {
+        eprintln!("probe failed ({first:#}); probing again");
+        probe_once(lab, w, probe, secs)
+    })
+}
+
+fn probe_once(lab: &mut Lab, w: &Wire, probe: Probe, secs: f64) -> Result<Latency> {
     let d = format!("{}ms", (secs * 1000.0) as u64);
     match probe {
         Probe::Irtt => {
@@ -420,7 +429,9 @@ fn probe_latency(lab: &mut Lab, w: &Wire, probe: Probe, secs: f64) -> Result<Lat
                 false,
             )?;
             lab.finish(idx, Duration::from_secs_f64(secs + 5.0))?;
-            let text = std::fs::read_to_string(&out).with_context(|| format!("reading {out_s}"))?;
+            let text = std::fs::read_to_string(&out).with_context(|| {
+                format!("reading {out_s} (irtt wrote no result: its handshake got no reply)")
+            })?;
             let _ = std::fs::remove_file(&out);
             Ok(irtt_latency(&text))
         }

@@ -8,13 +8,15 @@
 //!
 //! Rows, each `--reps` times interleaved (so drift hits every row alike), median reported:
 //! * `bare`: rx_burst -> tx_burst, nothing else;
-//! * `bare + parse`: the bare loop plus `wire::parse` of every frame;
+//! * `bare + parse`: the bare loop plus `wire::parse_into` of every frame, a burst at a time
+//!   into the burst's meta array, as the engine parses;
 //! * `fifo+bypass` / `fifo`: parse every frame, offer the burst to one `qdisc::mq::TxQueue`
 //!   (`enqueue_burst`) over the FIFO baseline, with and without the enqueue bypass;
 //! * `cake` / `cake+bypass`: the same with CAKE (diffserv3, triple-isolate), unlimited rate;
 //! * `cake shaped`: CAKE shaped to 90 % of a calibration `cake` run (bits of frame length),
 //!   also reporting delivered/configured;
-//! * `engine ...`: the forwarder's engine itself, one pinned worker, on fresh vdev pairs.
+//! * `engine ...`: the forwarder's engine itself, one pinned worker, on fresh vdev pairs, with
+//!   the queues `cakewalk run` builds (`app::build_queues`).
 //!
 //! Every row but `bare` is paired with a bare run just before it; its ratio is the median
 //! of those pairs.
@@ -117,7 +119,7 @@ mod imp {
     #[derive(Debug, Clone, Copy, PartialEq)]
     enum Kind {
         Bare,
-        /// The bare loop plus `wire::parse` of every frame: what parsing alone costs.
+        /// The bare loop plus `wire::parse_into` of every frame: what parsing alone costs.
         Parse,
         Fifo {
             bypass: bool,
@@ -877,8 +879,9 @@ mod imp {
                  dpdk_fwd: {} ({}); load {}; {} s x {} reps per row, interleaved; {}-byte frames ({} on the wire), {} flows, burst {BURST}; \
                  `net_pcap,infinite_rx=1` -> `net_null` on one pinned core\n\n\
                  Command: `sudo hugepage-setup reserve --pages 512 && cargo run --release -p cakewalk-benches --features dpdk --bin dpdk_fwd -- --seconds {} --reps {} --write`\n\n{}\n\
-                 Inline rows run the per-packet work of the engine in one loop (parse, one `qdisc::mq::TxQueue`, tx burst); \
-                 engine rows run the forwarder's own engine (one busy-polling worker). The shaped row asks for 90 % of what \
+                 Inline rows run the per-packet work of the engine in one loop (`wire::parse_into` a burst at a time, one \
+                 `qdisc::mq::TxQueue` offered the burst, tx burst); engine rows run the forwarder's own engine (one \
+                 busy-polling worker, queues from `app::build_queues` as `cakewalk run` builds them). The shaped row asks for 90 % of what \
                  unshaped CAKE carried in a calibration run. Goals (perf-anchors.md): G1 FIFO+bypass/bare >= 0.80, \
                  G2 FIFO+bypass/FIFO >= 1.20, G4 CAKE/bare >= 0.40. Each ratio is the median over the reps of the row's \
                  rate over a bare run made just before it. This run: {goals}. The machine is shared: compare ratios, not runs.{}",

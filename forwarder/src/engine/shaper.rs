@@ -210,6 +210,18 @@ where
     }
 
     #[inline]
+    fn offer_burst(
+        &self,
+        now_ns: u64,
+        pkts: &mut Vec<P>,
+        metas: &[PacketMeta],
+        on_result: &mut dyn FnMut(Intake<P>),
+    ) {
+        // One runner-lock round trip for the whole burst.
+        let _ = self.enqueue_burst(now_ns, pkts.drain(..).zip(metas.iter()), on_result);
+    }
+
+    #[inline]
     fn run(
         &self,
         now_ns: u64,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use qdisc::cake::CakeConfig;
 use qdisc::fifo::{Fifo, FifoConfig};
-use qdisc::mq::{MqQdisc, MultiQueue, SyncConfig, TxQueueOptions};
+use qdisc::mq::{MqQdisc, MultiQueue, SyncConfig, TxQueue, TxQueueOptions};
 use qdisc::{PacketMeta, Rate};
 use serde::de::DeserializeOwned;
 
@@ -70,6 +70,7 @@ struct MqSlot<P: PortBuf, Q: MqQdisc<P>> {
 impl<P: PortBuf, Q: MqQdisc<P> + TinReport> Shaper<P> for MqSlot<P, Q>
 where
     MultiQueue<P, Q>: Send + Sync,
+    TxQueue<P, Q>: Send + Sync,
 {
     #[inline]
     fn offer(&self, now_ns: u64, pkt: P, meta: &PacketMeta) -> qdisc::mq::Intake<P> {
@@ -83,12 +84,7 @@ where
         metas: &[PacketMeta],
         on_result: &mut dyn FnMut(qdisc::mq::Intake<P>),
     ) {
-        // One runner-lock round trip for the whole burst.
-        let _ = self.mq.queue(self.i).enqueue_burst(
-            now_ns,
-            pkts.drain(..).zip(metas.iter()),
-            on_result,
-        );
+        Shaper::offer_burst(self.mq.queue(self.i), now_ns, pkts, metas, on_result);
     }
     #[inline]
     fn run(

@@ -19,6 +19,17 @@ fn ip_pair() -> impl Strategy<Value = (IpAddr, IpAddr)> {
     ]
 }
 
+/// `frame` with the bytes at `flips` (positions taken modulo its length) overwritten, then
+/// cut to `cut` modulo its length + 1.
+fn mangle(mut frame: Vec<u8>, flips: &[(usize, u8)], cut: usize) -> Vec<u8> {
+    for &(at, byte) in flips {
+        let i = at % frame.len();
+        frame[i] = byte;
+    }
+    frame.truncate(cut % (frame.len() + 1));
+    frame
+}
+
 /// A valid UDP frame with random fields, optionally behind 0..=2 VLAN tags.
 fn udp_frame() -> impl Strategy<Value = (Vec<u8>, IpAddr, IpAddr, u16, u16, u8, u8)> {
     (
@@ -96,12 +107,7 @@ proptest! {
         flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..6),
         cut in any::<usize>(),
     ) {
-        let mut f = frame;
-        for (at, byte) in flips {
-            let i = at % f.len();
-            f[i] = byte;
-        }
-        f.truncate(cut % (f.len() + 1));
+        let mut f = mangle(frame, &flips, cut);
         let p = parse(&f);
         prop_assert!(usize::from(p.l4_offset) <= f.len());
         let _ = tcp_ack_info(&f);
@@ -116,12 +122,7 @@ proptest! {
         cut in any::<usize>(),
         stale_port in any::<u16>(),
     ) {
-        let mut f = frame;
-        for (at, byte) in flips {
-            let i = at % f.len();
-            f[i] = byte;
-        }
-        f.truncate(cut % (f.len() + 1));
+        let f = mangle(frame, &flips, cut);
         // A slot still holding the previous burst's packet: every field must be replaced.
         let mut meta = parse(&frame_for_stale()).meta;
         meta.keys.src_port = stale_port;

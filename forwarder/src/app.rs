@@ -81,10 +81,11 @@ where
         &self,
         now_ns: u64,
         pkts: &mut Vec<P>,
-        metas: &[PacketMeta],
-        on_result: &mut dyn FnMut(qdisc::mq::Intake<P>),
-    ) {
-        Shaper::offer_burst(self.mq.queue(self.i), now_ns, pkts, metas, on_result);
+        metas: &mut [PacketMeta],
+        classify: &mut dyn FnMut(&P, &mut PacketMeta),
+        out: &mut Vec<P>,
+    ) -> qdisc::mq::BurstOutcome {
+        Shaper::offer_burst(self.mq.queue(self.i), now_ns, pkts, metas, classify, out)
     }
     #[inline]
     fn run(

@@ -19,7 +19,9 @@
 use std::collections::VecDeque;
 
 use crate::mq::MqQdisc;
-use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
+use crate::{
+    BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, PrefixBypass, Qdisc, Rate,
+};
 
 /// Number of bands.
 pub const BANDS: usize = 3;
@@ -106,6 +108,9 @@ impl<P: Packet> Fifo<P> {
 }
 
 impl<P: Packet> Qdisc<P> for Fifo<P> {
+    /// The band is only needed to queue: a packet that bypasses needs no meta at all.
+    const BYPASS_READS_META: bool = false;
+
     fn enqueue(&mut self, _now_ns: u64, pkt: P, meta: &PacketMeta) -> Enqueued {
         let bytes = pkt.len() as u64;
         if self.len >= self.limit {
@@ -182,6 +187,19 @@ impl<P: Packet> Qdisc<P> for Fifo<P> {
             packets,
             bytes,
             first_queued: None,
+        }
+    }
+
+    /// All or nothing, as [`Qdisc::bypass_burst`]: one check and one counter update per burst.
+    #[inline]
+    fn bypass_unclassified(&mut self, _now_ns: u64, pkts: &[P]) -> PrefixBypass {
+        if self.len != 0 {
+            return PrefixBypass::default();
+        }
+        self.stats.bypassed += pkts.len() as u64;
+        PrefixBypass {
+            packets: pkts.len(),
+            bytes: pkts.iter().map(|p| p.len() as u64).sum(),
         }
     }
 
@@ -313,6 +331,25 @@ mod tests {
         assert_eq!(first.first_queued.map(|(p, _)| p.seq), Some(6));
         assert_eq!(first.packets, 0);
         assert_eq!(burst.count(), 1);
+    }
+
+    #[test]
+    fn an_unclassified_burst_bypasses_whole_into_an_empty_fifo_and_not_at_all_into_a_busy_one() {
+        const { assert!(!<Fifo<TestPacket> as Qdisc<TestPacket>>::BYPASS_READS_META) };
+        let mut f = Fifo::new(4);
+        let burst: Vec<TestPacket> = (0..5).map(|i| TestPacket::new(60, 1, i)).collect();
+        let done = f.bypass_unclassified(0, &burst);
+        assert_eq!(
+            done,
+            PrefixBypass {
+                packets: 5,
+                bytes: 300
+            }
+        );
+        assert_eq!(f.stats().bypassed, 5);
+        f.enqueue(0, TestPacket::new(60, 1, 5), &udp_meta(1, 2, 1, 0));
+        assert_eq!(f.bypass_unclassified(0, &burst), PrefixBypass::default());
+        assert_eq!(f.stats().bypassed, 5);
     }
 
     #[test]

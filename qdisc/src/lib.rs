@@ -113,8 +113,44 @@ impl<P> Default for BurstBypass<'_, P> {
     }
 }
 
+/// What [`Qdisc::bypass_unclassified`] let through: the first `packets` packets of the slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PrefixBypass {
+    /// Packets bypassed, from the front of the slice.
+    pub packets: usize,
+    /// Their bytes ([`Packet::len`]).
+    pub bytes: u64,
+}
+
 /// What every queueing discipline in this crate offers to [`mq::TxQueue`] and the engine.
 pub trait Qdisc<P: Packet> {
+    /// Whether the bypass ([`Qdisc::try_bypass`], [`Qdisc::bypass_burst`]) reads the
+    /// [`PacketMeta`]. CAKE does (the tin and its statistics); the FIFO does not (it bypasses
+    /// whenever it is empty), so a caller may leave a packet that bypasses it unclassified,
+    /// as Linux never classifies a packet that bypasses an empty pfifo_fast
+    /// (`TCQ_F_CAN_BYPASS`), and offer the burst through [`Qdisc::bypass_unclassified`].
+    const BYPASS_READS_META: bool = true;
+
+    /// The bypass for the front of a burst whose packets are not classified yet, for a
+    /// discipline whose bypass reads no meta ([`Qdisc::BYPASS_READS_META`] false): charges
+    /// the longest prefix of `pkts` that [`Qdisc::try_bypass`] would let through, exactly as
+    /// [`Qdisc::bypass_burst`] would, but leaves the packets where they are; the caller
+    /// transmits `pkts[..packets]` and enqueues the rest. The default calls `try_bypass`
+    /// packet by packet with a blank meta, which is only right when the meta is not read;
+    /// a discipline overrides it to decide once per burst.
+    fn bypass_unclassified(&mut self, now_ns: u64, pkts: &[P]) -> PrefixBypass {
+        let blank = PacketMeta::default();
+        let mut done = PrefixBypass::default();
+        for pkt in pkts {
+            if !self.try_bypass(now_ns, pkt, &blank) {
+                break;
+            }
+            done.packets += 1;
+            done.bytes += pkt.len() as u64;
+        }
+        done
+    }
+
     /// Queues `pkt`. Never fails; drops it causes are reported in the result.
     fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Enqueued;
 

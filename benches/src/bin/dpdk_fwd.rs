@@ -9,9 +9,12 @@
 //! Rows, each `--reps` times interleaved (so drift hits every row alike), median reported:
 //! * `bare`: rx_burst -> tx_burst, nothing else;
 //! * `bare + parse`: the bare loop plus `wire::parse_into` of every frame, a burst at a time
-//!   into the burst's meta array, as the engine parses;
-//! * `fifo+bypass` / `fifo`: parse every frame, offer the burst to one `qdisc::mq::TxQueue`
-//!   (`enqueue_burst`) over the FIFO baseline, with and without the enqueue bypass;
+//!   into the burst's meta array, as the engine parses when it needs every meta (CAKE,
+//!   several TX queues);
+//! * `fifo+bypass` / `fifo`: offer the burst to one `qdisc::mq::TxQueue`
+//!   (`enqueue_burst_into`, as the engine does with one TX queue) over the FIFO baseline,
+//!   with and without the enqueue bypass; frames are parsed only when the queue needs their
+//!   meta (queued, or CAKE), so a burst that bypasses the idle FIFO is never parsed;
 //! * `cake` / `cake+bypass`: the same with CAKE (diffserv3, triple-isolate), unlimited rate;
 //! * `cake shaped`: CAKE shaped to 90 % of a calibration `cake` run (bits of frame length),
 //!   also reporting delivered/configured;
@@ -64,7 +67,7 @@ mod imp {
     use forwarder::port::{PortBuf, PortRx, PortTx};
     use qdisc::cake::{Cake, CakeConfig};
     use qdisc::fifo::{Fifo, FifoConfig};
-    use qdisc::mq::{Intake, MqQdisc, MultiQueue, TxQueueOptions};
+    use qdisc::mq::{MqQdisc, MultiQueue, TxQueueOptions};
     use qdisc::Rate;
 
     const BURST: usize = 32;
@@ -332,7 +335,8 @@ mod imp {
     ) -> Counts {
         let clock = TscClock::new();
         let end = (seconds * 1e9) as u64;
-        let mut rxb: Vec<Mbuf> = Vec::with_capacity(BURST);
+        // Both 4 bursts long: a bypassed burst swaps the two buffers.
+        let mut rxb: Vec<Mbuf> = Vec::with_capacity(4 * BURST);
         let mut txb: Vec<Mbuf> = Vec::with_capacity(4 * BURST);
         let mut metas = vec![qdisc::PacketMeta::default(); BURST];
         let mut c = Counts::default();
@@ -345,22 +349,20 @@ mod imp {
                 break;
             }
             c.rx += ports.rx.rx_burst(&mut rxb, BURST) as u64;
-            // The whole burst is parsed before any of it is offered, each meta written in
-            // place (`parse_into`), as the engine does.
-            for (m, meta) in rxb.iter().zip(metas.iter_mut()) {
-                forwarder::wire::parse_into(m.data(), meta);
-                meta.l4_hash = m.rss_hash();
-            }
-            // The whole burst under one runner-lock round trip, as the engine offers it.
-            let dropped = &mut c.dropped;
-            let _ = q.enqueue_burst(now, rxb.drain(..).zip(metas.iter()), |r| match r {
-                Intake::Bypass(p) => txb.push(p),
-                Intake::Queued => {}
-                Intake::Dropped(_, p) => {
-                    *dropped += 1;
-                    drop(p);
-                }
-            });
+            // The whole burst under one runner-lock round trip, as the engine offers it with
+            // one TX queue: each frame is parsed (`parse_into`, in place) only if the queue
+            // needs its meta, and a burst that bypasses lands in `txb` without being moved.
+            let outcome = q.enqueue_burst_into(
+                now,
+                &mut rxb,
+                &mut metas,
+                |m, meta| {
+                    forwarder::wire::parse_into(m.data(), meta);
+                    meta.l4_hash = m.rss_hash();
+                },
+                &mut txb,
+            );
+            c.dropped += outcome.dropped as u64;
             let mut sent = 0u64;
             let _ = q.run(now, BURST, &mut txb, |out| sent += tx.tx_burst(out) as u64);
             if !txb.is_empty() {
@@ -879,8 +881,9 @@ mod imp {
                  dpdk_fwd: {} ({}); load {}; {} s x {} reps per row, interleaved; {}-byte frames ({} on the wire), {} flows, burst {BURST}; \
                  `net_pcap,infinite_rx=1` -> `net_null` on one pinned core\n\n\
                  Command: `sudo hugepage-setup reserve --pages 512 && cargo run --release -p cakewalk-benches --features dpdk --bin dpdk_fwd -- --seconds {} --reps {} --write`\n\n{}\n\
-                 Inline rows run the per-packet work of the engine in one loop (`wire::parse_into` a burst at a time, one \
-                 `qdisc::mq::TxQueue` offered the burst, tx burst); engine rows run the forwarder's own engine (one \
+                 Inline rows run the per-packet work of the engine with one TX queue in one loop (one \
+                 `qdisc::mq::TxQueue` offered the burst with `enqueue_burst_into`, which parses a frame with `wire::parse_into` \
+                 only when the queue needs its meta: never for a burst that bypasses the idle FIFO; tx burst); engine rows run the forwarder's own engine (one \
                  busy-polling worker, queues from `app::build_queues` as `cakewalk run` builds them). The shaped row asks for 90 % of what \
                  unshaped CAKE carried in a calibration run. Goals (perf-anchors.md): G1 FIFO+bypass/bare >= 0.80, \
                  G2 FIFO+bypass/FIFO >= 1.20, G4 CAKE/bare >= 0.40. Each ratio is the median over the reps of the row's \

@@ -1,8 +1,12 @@
 //! The worker loops: each worker, pinned to one core, polls its receive queues in bursts,
-//! parses ([`crate::wire::parse`]) and classifies every packet (TX queue by flow hash),
-//! offers it to that TX queue's [`Shaper`] (a bypassed packet goes straight into the
+//! offers each burst to the TX queues' [`Shaper`]s (a bypassed packet goes straight into the
 //! transmit burst), runs the TX queues it owns and transmits in bursts. Packets the port had
 //! no room for stay in the burst and are retried; nothing is dropped for a full ring.
+//!
+//! A packet is parsed ([`crate::wire::parse_into`]) only when something needs its meta:
+//! with several TX queues per port every packet is (its queue comes from the flow hash);
+//! with one, the queue classifies on demand, so a burst that bypasses an idle FIFO is never
+//! parsed at all (Linux's `TCQ_F_CAN_BYPASS` skips classification the same way).
 //!
 //! Per loop iteration a worker reads the clock once ([`clock::now_ns`]), writes only its own
 //! counter block ([`crate::stats::counters`]) and allocates nothing. Stopping is two-phase:
@@ -20,7 +24,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
-use qdisc::mq::{Intake, NextRun, RunResult};
+use qdisc::mq::{NextRun, RunResult};
 use qdisc::{DropReason, PacketMeta};
 use serde::Deserialize;
 
@@ -470,7 +474,8 @@ impl<P: PortBuf> Worker<P> {
         let nq = self.layout.queues;
         let lp = self.layout;
         let mut local = vec![0u64; lp.len()];
-        let mut burst: Vec<P> = Vec::with_capacity(bs);
+        // As long as a transmit burst: a burst that bypasses whole swaps buffers with one.
+        let mut burst: Vec<P> = Vec::with_capacity(bs * 4);
         // Scratch metas for sorting a burst over several TX queues.
         let mut metas = vec![PacketMeta::default(); bs];
         let mut scratch: Vec<P> = Vec::with_capacity(bs * 4);
@@ -512,68 +517,60 @@ impl<P: PortBuf> Worker<P> {
                         continue;
                     }
                     work += n;
-                    let mut bytes = 0u64;
+                    let bytes: u64 = burst.iter().map(|p| p.len() as u64).sum();
                     let mut malformed = 0u64;
-                    // Parse the whole burst first, each meta written in place, then sort by
-                    // TX queue: a meta copied right after parsing waits on its stores
-                    // (see `wire::parse_into`). With one TX queue the parser writes straight
-                    // into that queue's metas and nothing is copied.
                     debug_assert!(burst.len() <= bs, "rx_burst returns at most bs");
                     let base = slot.out * nq;
-                    let parsed = if nq == 1 {
-                        &mut bmetas[base]
-                    } else {
-                        &mut metas
-                    };
-                    for (pkt, meta) in burst.iter().zip(parsed.iter_mut()) {
-                        bytes += pkt.len() as u64;
-                        malformed += u64::from(crate::wire::parse_into(pkt.data(), meta).is_some());
-                        meta.l4_hash = pkt.rss_hash();
-                    }
                     if nq == 1 {
-                        bpkts[base].append(&mut burst);
+                        // One TX queue: nothing to sort, so the burst is offered as it came
+                        // and each packet is parsed only if the queue needs its meta (a
+                        // burst that bypasses an empty FIFO never is: Linux's
+                        // TCQ_F_CAN_BYPASS). MALFORMED counts the frames that were parsed.
+                        let mut classify = |pkt: &P, meta: &mut PacketMeta| {
+                            malformed += u64::from(classify_into(pkt, meta));
+                        };
+                        let (bypassed, full) = offer_to(
+                            self.shapers[base].as_ref(),
+                            now,
+                            &mut burst,
+                            &mut bmetas[base],
+                            &mut classify,
+                            self.owned[base].map(|i| &mut self.tx[i].pending),
+                            &self.handoff[base],
+                            &mut scratch,
+                        );
+                        count_offer(&mut local, lp, base, bypassed, full);
                     } else {
+                        // The TX queue comes from the flow hash, so every packet is parsed:
+                        // the whole burst first, each meta written in place, then sorted by
+                        // queue (a meta copied right after parsing waits on its stores; see
+                        // `wire::parse_into`).
+                        for (pkt, meta) in burst.iter().zip(metas.iter_mut()) {
+                            malformed += u64::from(classify_into(pkt, meta));
+                        }
                         for (pkt, meta) in burst.drain(..).zip(metas.iter()) {
                             let e = base + queue_for(meta, nq);
                             bmetas[e][bpkts[e].len()] = *meta;
                             bpkts[e].push(pkt);
                         }
-                    }
-                    // One offer per TX queue per burst (per-flow order is kept: a flow maps
-                    // to one queue).
-                    for e in slot.out * nq..(slot.out + 1) * nq {
-                        if bpkts[e].is_empty() {
-                            continue;
-                        }
-                        // The callback runs once per packet that leaves the queue at once:
-                        // it only pushes and counts in registers; the counters and the target
-                        // (own pending burst or the owner's handoff) are settled per burst.
-                        let mut pending = self.owned[e].map(|i| &mut self.tx[i].pending);
-                        let handoff = &self.handoff[e];
-                        let (mut bypassed, mut intake_full) = (0u64, 0u64);
-                        let offered = &bmetas[e][..bpkts[e].len()];
-                        self.shapers[e].offer_burst(now, &mut bpkts[e], offered, &mut |r| {
-                            match r {
-                                Intake::Queued => {}
-                                // Counted by the queue itself.
-                                Intake::Dropped(_, p) => drop(p),
-                                Intake::Bypass(p) => {
-                                    bypassed += 1;
-                                    match pending.as_deref_mut() {
-                                        Some(pending) => pending.push(p),
-                                        None => {
-                                            if let Err(p) = handoff.push(p) {
-                                                drop(p);
-                                                intake_full += 1;
-                                            }
-                                        }
-                                    }
-                                }
+                        // One offer per TX queue per burst (per-flow order is kept: a flow
+                        // maps to one queue).
+                        for e in base..base + nq {
+                            if bpkts[e].is_empty() {
+                                continue;
                             }
-                        });
-                        local[lp.egress(e, egress::BYPASS)] += bypassed;
-                        let full = egress::DROPS + reason_index(DropReason::IntakeFull);
-                        local[lp.egress(e, full)] += intake_full;
+                            let (bypassed, full) = offer_to(
+                                self.shapers[e].as_ref(),
+                                now,
+                                &mut bpkts[e],
+                                &mut bmetas[e],
+                                &mut |_, _| {},
+                                self.owned[e].map(|i| &mut self.tx[i].pending),
+                                &self.handoff[e],
+                                &mut scratch,
+                            );
+                            count_offer(&mut local, lp, e, bypassed, full);
+                        }
                     }
                     local[lp.port(slot.port, port::RX_PACKETS)] += n as u64;
                     local[lp.port(slot.port, port::RX_BYTES)] += bytes;
@@ -676,6 +673,57 @@ impl<P: PortBuf> Worker<P> {
         counters.publish(&local);
         // Anything still in a transmit burst was reported as pending and is freed here.
     }
+}
+
+/// Parses `pkt` into `meta` (with the NIC's flow hash); returns true when the frame was
+/// malformed.
+#[inline]
+fn classify_into<P: PortBuf>(pkt: &P, meta: &mut PacketMeta) -> bool {
+    let malformed = crate::wire::parse_into(pkt.data(), meta).is_some();
+    meta.l4_hash = pkt.rss_hash();
+    malformed
+}
+
+/// Offers `pkts` to an egress's shaper. Bypassed packets go to `pending` when this worker
+/// owns the egress (swapped in whole when it is empty), otherwise to the owner's handoff
+/// queue through `scratch`. Returns the packets bypassed and those the full handoff queue
+/// dropped.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn offer_to<P: PortBuf>(
+    shaper: &dyn Shaper<P>,
+    now: u64,
+    pkts: &mut Vec<P>,
+    metas: &mut [PacketMeta],
+    classify: &mut dyn FnMut(&P, &mut PacketMeta),
+    pending: Option<&mut Vec<P>>,
+    handoff: &ArrayQueue<P>,
+    scratch: &mut Vec<P>,
+) -> (u64, u64) {
+    match pending {
+        Some(pending) => {
+            let outcome = shaper.offer_burst(now, pkts, metas, classify, pending);
+            (outcome.bypassed as u64, 0)
+        }
+        None => {
+            let outcome = shaper.offer_burst(now, pkts, metas, classify, scratch);
+            let mut full = 0u64;
+            for p in scratch.drain(..) {
+                if let Err(p) = handoff.push(p) {
+                    drop(p);
+                    full += 1;
+                }
+            }
+            (outcome.bypassed as u64, full)
+        }
+    }
+}
+
+/// Adds one offer's bypass and handoff-full counts to egress `e`'s counters.
+#[inline]
+fn count_offer(local: &mut [u64], lp: Layout, e: usize, bypassed: u64, full: u64) {
+    local[lp.egress(e, egress::BYPASS)] += bypassed;
+    local[lp.egress(e, egress::DROPS + reason_index(DropReason::IntakeFull))] += full;
 }
 
 /// Transmits from the front of `burst`; returns packets and bytes sent.
@@ -891,6 +939,115 @@ mod tests {
         let t = stats.totals();
         assert_eq!((t.sent_packets, t.received_packets), (3000, 3000));
         assert_eq!((t.reordered, t.duplicates), (0, 0));
+    }
+
+    /// Hands out fixed frames, `per_burst` at a time, then finishes.
+    struct Frames {
+        pool: Pool,
+        frames: std::collections::VecDeque<Vec<u8>>,
+        per_burst: usize,
+    }
+
+    impl PortRx for Frames {
+        type Buf = PoolBuf;
+        fn rx_burst(&mut self, burst: &mut Vec<PoolBuf>, max: usize) -> usize {
+            let mut n = 0;
+            while n < max.min(self.per_burst) {
+                let Some(f) = self.frames.pop_front() else {
+                    break;
+                };
+                burst.push(self.pool.alloc_copy(&f).expect("pool big enough"));
+                n += 1;
+            }
+            n
+        }
+        fn is_finished(&self) -> bool {
+            self.frames.is_empty()
+        }
+    }
+
+    /// Takes everything and counts it.
+    struct Count(Arc<AtomicU64>);
+
+    impl PortTx for Count {
+        type Buf = PoolBuf;
+        fn tx_burst(&mut self, burst: &mut Vec<PoolBuf>) -> usize {
+            let n = burst.len();
+            self.0.fetch_add(n as u64, Relaxed);
+            burst.clear();
+            n
+        }
+    }
+
+    /// Forwards 10 well-formed and 6 malformed frames (an IPv4 header cut short), in bursts
+    /// of 4, through `queues` TX queues; returns (transmitted, malformed counted).
+    fn forward_malformed(choice: QueueChoice, queues: usize, bypass: bool) -> (u64, u64) {
+        let mut good = [0u8; 128];
+        let len = crate::wire::build_udp_frame(
+            &mut good,
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            1234,
+            80,
+            0,
+            0,
+            20,
+        )
+        .unwrap();
+        let frames = (0..16)
+            .map(|i| good[..if i % 8 < 5 { len } else { 14 + 10 }].to_vec())
+            .collect();
+        let rx: Vec<Box<dyn PortRx<Buf = PoolBuf>>> = vec![Box::new(Frames {
+            pool: Pool::new(64, 2048),
+            frames,
+            per_burst: 4,
+        })];
+        let sent = Arc::new(AtomicU64::new(0));
+        let tx = |c: &Arc<AtomicU64>| -> Vec<Box<dyn PortTx<Buf = PoolBuf>>> {
+            (0..queues)
+                .map(|_| Box::new(Count(c.clone())) as Box<dyn PortTx<Buf = PoolBuf>>)
+                .collect()
+        };
+        let ports = EnginePorts {
+            rx: vec![rx, Vec::new()],
+            tx: vec![tx(&Arc::new(AtomicU64::new(0))), tx(&sent)],
+            forward: vec![Some(1), None],
+        };
+        let options = TxQueueOptions {
+            bypass,
+            ..TxQueueOptions::default()
+        };
+        let (shapers, _) = build_queues(&choice, 2, queues, options).unwrap();
+        let ecfg = EngineConfig {
+            pin: false,
+            tx_queues: queues,
+            ..EngineConfig::default()
+        };
+        let running = start(&ecfg, ports, shapers).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !running.rx_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        running.stop_rx();
+        let shared = running.shared().clone();
+        assert_eq!(running.join(), 0);
+        let snap = shared.snapshot();
+        (sent.load(Relaxed), snap.port(0, port::MALFORMED))
+    }
+
+    #[test]
+    fn malformed_counts_the_frames_that_were_classified() {
+        // Queued frames are classified, so every malformed one is counted, and forwarded.
+        assert_eq!(forward_malformed(QueueChoice::Fifo, 1, false), (16, 6));
+        // CAKE reads the meta even to bypass: every frame is classified.
+        let cake = QueueChoice::Cake(qdisc::cake::CakeConfig::default());
+        assert_eq!(forward_malformed(cake, 1, true), (16, 6));
+        // Several TX queues: the queue comes from the flow hash, so every frame is parsed.
+        assert_eq!(forward_malformed(QueueChoice::Fifo, 2, true), (16, 6));
+        // One TX queue over an idle FIFO with the bypass: no frame needs a meta, none is
+        // parsed, so none is counted (as Linux never classifies a packet that bypasses an
+        // empty pfifo_fast).
+        assert_eq!(forward_malformed(QueueChoice::Fifo, 1, true), (16, 0));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! itself ([`TxQueueStats`]) so conservation can be checked against the engine's own counts.
 
 use qdisc::cake::{Cake, CakeConfig};
-use qdisc::mq::{Intake, MqQdisc, NextRun, RunResult, TxQueue, TxQueueStats};
+use qdisc::mq::{BurstOutcome, Intake, MqQdisc, NextRun, RunResult, TxQueue, TxQueueStats};
 use qdisc::{BurstBypass, Packet, PacketMeta, Qdisc, Rate};
 
 /// Per-tin figures for stats output (CAKE's `tc -s` per-tin block).
@@ -51,6 +51,8 @@ impl<P> TinReport for qdisc::fifo::Fifo<P> {}
 pub struct CakeQueue<P>(pub Cake<P>);
 
 impl<P: Packet> Qdisc<P> for CakeQueue<P> {
+    const BYPASS_READS_META: bool = <Cake<P> as Qdisc<P>>::BYPASS_READS_META;
+
     #[inline]
     fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> qdisc::Enqueued {
         self.0.enqueue(now_ns, pkt, meta)
@@ -152,23 +154,20 @@ pub trait Shaper<P>: Send + Sync {
     /// Offers `pkt` (see `TxQueue::enqueue`).
     fn offer(&self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Intake<P>;
 
-    /// Offers a burst: `pkts[i]` with `metas[i]` (`pkts` is emptied). `on_result` gets every
-    /// packet that does not stay queued (bypassed or dropped), in order. The default offers
-    /// them one by one.
+    /// Offers a burst (see `TxQueue::enqueue_burst_into`): `pkts[i]` with `metas[i]`, which
+    /// `classify` writes only when the queue needs it (at most once per packet; a burst that
+    /// bypasses a FIFO is never classified; a caller that classified already passes a
+    /// no-op). Bypassed packets are appended to `out` in order (or swapped in when `out` is
+    /// empty) and must be transmitted before the next call into this queue; packets the
+    /// queue cannot take are dropped here and counted by the queue. `pkts` is emptied.
     fn offer_burst(
         &self,
         now_ns: u64,
         pkts: &mut Vec<P>,
-        metas: &[PacketMeta],
-        on_result: &mut dyn FnMut(Intake<P>),
-    ) {
-        for (p, m) in pkts.drain(..).zip(metas) {
-            match self.offer(now_ns, p, m) {
-                Intake::Queued => {}
-                r => on_result(r),
-            }
-        }
-    }
+        metas: &mut [PacketMeta],
+        classify: &mut dyn FnMut(&P, &mut PacketMeta),
+        out: &mut Vec<P>,
+    ) -> BurstOutcome;
 
     /// Runs the queue: dequeues up to `budget` packets into `out` and calls `transmit(out)`
     /// while holding the queue (see `TxQueue::run`).
@@ -214,11 +213,12 @@ where
         &self,
         now_ns: u64,
         pkts: &mut Vec<P>,
-        metas: &[PacketMeta],
-        on_result: &mut dyn FnMut(Intake<P>),
-    ) {
+        metas: &mut [PacketMeta],
+        classify: &mut dyn FnMut(&P, &mut PacketMeta),
+        out: &mut Vec<P>,
+    ) -> BurstOutcome {
         // One runner-lock round trip for the whole burst.
-        let _ = self.enqueue_burst(now_ns, pkts.drain(..).zip(metas.iter()), on_result);
+        self.enqueue_burst_into(now_ns, pkts, metas, classify, out)
     }
 
     #[inline]
@@ -262,6 +262,26 @@ impl<P: Packet + Send> Shaper<P> for Passthrough {
     #[inline]
     fn offer(&self, _now_ns: u64, pkt: P, _meta: &PacketMeta) -> Intake<P> {
         Intake::Bypass(pkt)
+    }
+
+    fn offer_burst(
+        &self,
+        _now_ns: u64,
+        pkts: &mut Vec<P>,
+        _metas: &mut [PacketMeta],
+        _classify: &mut dyn FnMut(&P, &mut PacketMeta),
+        out: &mut Vec<P>,
+    ) -> BurstOutcome {
+        let bypassed = pkts.len();
+        if out.is_empty() {
+            std::mem::swap(pkts, out);
+        } else {
+            out.append(pkts);
+        }
+        BurstOutcome {
+            bypassed,
+            ..BurstOutcome::default()
+        }
     }
 
     fn run(

@@ -17,7 +17,10 @@ pub mod port {
     pub const RX_PACKETS: usize = 0;
     /// Bytes received.
     pub const RX_BYTES: usize = 1;
-    /// Frames the parser could not fully read (forwarded anyway, as non-IP).
+    /// Frames the parser could not fully read (forwarded anyway, as non-IP). Only frames
+    /// that were classified count: with one TX queue per port, a frame that bypasses an
+    /// idle FIFO is never parsed (its queue needs no meta), so it is not counted; with CAKE,
+    /// with several TX queues or when it is queued, every frame is parsed.
     pub const MALFORMED: usize = 2;
     /// Fields per port.
     pub const FIELDS: usize = 3;

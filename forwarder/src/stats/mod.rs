@@ -109,7 +109,8 @@ pub struct PortReport {
     pub tx_packets: u64,
     /// Bytes transmitted.
     pub tx_bytes: u64,
-    /// Frames the parser found malformed (forwarded as non-IP).
+    /// Frames the parser found malformed (forwarded as non-IP); only frames that needed
+    /// classifying are parsed (see `counters::port::MALFORMED`).
     pub malformed: u64,
     /// Receive rate over the interval, bit/s.
     pub rx_bps: f64,

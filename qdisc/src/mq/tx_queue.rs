@@ -413,35 +413,176 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 r.enqueue_one(now_ns, pkt, meta);
                 queued += 1;
             }
-            r.counters.bypassed += bypassed;
-            r.counters.sent_bytes += bypassed_bytes;
             outcome.bypassed += bypassed as usize;
             outcome.queued += queued;
-            let interval = self.shared.sync_interval_ns();
-            if outcome.bypassed > 0 && now_ns.saturating_sub(r.sync.last_check_ns) >= interval {
-                // A queue that only ever bypasses must still sync and publish its activity.
-                self.sync_if_due(r, now_ns);
-                self.publish(r, now_ns);
-            } else {
-                self.publish_backlog(r);
-                if outcome.bypassed > 0 {
-                    // The caller may skip its run: keep the counters it would publish current.
-                    let p = &self.published;
-                    p.bypassed.store(r.counters.bypassed, Ordering::Relaxed);
-                    p.sent_bytes.store(r.counters.sent_bytes, Ordering::Relaxed);
-                }
-            }
-            !r.qdisc.is_empty() || self.pending_flag.load(Ordering::Relaxed)
+            self.settle_burst(r, now_ns, bypassed, bypassed_bytes)
         });
-        outcome.run_needed = match guard.try_unlock() {
+        outcome.run_needed = Self::unlock_after_burst(guard, pending);
+        outcome
+    }
+
+    /// Offers a burst whose packets are classified only when needed, and whose bypassed
+    /// packets are handed over without being moved one by one: the engine's path.
+    ///
+    /// * `classify(pkt, meta)` writes `metas[i]` for `pkts[i]`. It is called at most once per
+    ///   packet, before that meta is read: for every packet when the qdisc's bypass reads the
+    ///   meta ([`crate::Qdisc::BYPASS_READS_META`]: CAKE), otherwise only for the packets
+    ///   that are queued or dropped, so a burst that bypasses an empty FIFO is never
+    ///   classified (Linux's `TCQ_F_CAN_BYPASS` does the same for pfifo_fast). A caller
+    ///   that has classified the burst already passes a no-op.
+    /// * The packets that take the bypass are appended to `out`, in order, and must be
+    ///   transmitted before the caller's next call into this queue. When `out` is empty and
+    ///   the whole burst bypasses, the two vectors are swapped instead (no packet is moved;
+    ///   `pkts` gets `out`'s buffer).
+    /// * Packets the intake has no room for are dropped here (counted in
+    ///   [`BurstOutcome::dropped`] and [`TxQueueStats::intake_full`]); every other packet is
+    ///   queued. `pkts` is empty on return.
+    ///
+    /// Otherwise as [`TxQueue::enqueue_burst`] (same lock, order and bypass rules).
+    ///
+    /// # Panics
+    /// When `metas` is shorter than `pkts` (a programming error).
+    pub fn enqueue_burst_into<C>(
+        &self,
+        now_ns: u64,
+        pkts: &mut Vec<P>,
+        metas: &mut [PacketMeta],
+        mut classify: C,
+        out: &mut Vec<P>,
+    ) -> BurstOutcome
+    where
+        C: FnMut(&P, &mut PacketMeta),
+    {
+        let metas = &mut metas[..pkts.len()];
+        let lazy = !<Q as crate::Qdisc<P>>::BYPASS_READS_META;
+        if !lazy {
+            for (pkt, meta) in pkts.iter().zip(metas.iter_mut()) {
+                classify(pkt, meta);
+            }
+        }
+        let mut outcome = BurstOutcome::default();
+        let Some(mut guard) = self.runner.try_lock() else {
+            self.classified_to_intake(pkts, metas, lazy, &mut classify, &mut outcome);
+            return outcome;
+        };
+        if !self.intake.is_empty() {
+            // Other producers' packets wait in the intake: queue behind them, in order.
+            self.classified_to_intake(pkts, metas, lazy, &mut classify, &mut outcome);
+            if let Err(guard) = guard.try_unlock() {
+                guard.unlock_with_missed();
+            }
+            return outcome;
+        }
+        let pending = guard.with(|r| {
+            let now_ns = r.sync.clamp(now_ns);
+            let may_bypass = self.bypass && r.qdisc.is_empty();
+            let (bypassed, bypassed_bytes) = if lazy {
+                let done = if may_bypass {
+                    r.qdisc.bypass_unclassified(now_ns, pkts)
+                } else {
+                    crate::PrefixBypass::default()
+                };
+                let first = done.packets.min(pkts.len());
+                for (pkt, meta) in pkts.drain(first..).zip(metas[first..].iter_mut()) {
+                    classify(&pkt, meta);
+                    r.enqueue_one(now_ns, pkt, meta);
+                }
+                if out.is_empty() {
+                    std::mem::swap(pkts, out);
+                } else {
+                    out.append(pkts);
+                }
+                (first as u64, done.bytes)
+            } else {
+                let mut rest = pkts.drain(..).zip(metas.iter());
+                let (done, first_queued) = if may_bypass {
+                    let mut done = r.qdisc.bypass_burst(now_ns, &mut rest, |pkt| out.push(pkt));
+                    let first = done.first_queued.take();
+                    ((done.packets, done.bytes), first)
+                } else {
+                    ((0, 0), rest.next())
+                };
+                for (pkt, meta) in first_queued.into_iter().chain(rest) {
+                    r.enqueue_one(now_ns, pkt, meta);
+                }
+                done
+            };
+            outcome.bypassed = bypassed as usize;
+            outcome.queued = metas.len() - outcome.bypassed;
+            self.settle_burst(r, now_ns, bypassed, bypassed_bytes)
+        });
+        outcome.run_needed = Self::unlock_after_burst(guard, pending);
+        outcome
+    }
+
+    /// The intake path of [`TxQueue::enqueue_burst_into`]: classifies what is not yet,
+    /// pushes everything, drops what does not fit.
+    fn classified_to_intake<C>(
+        &self,
+        pkts: &mut Vec<P>,
+        metas: &mut [PacketMeta],
+        lazy: bool,
+        classify: &mut C,
+        outcome: &mut BurstOutcome,
+    ) where
+        C: FnMut(&P, &mut PacketMeta),
+    {
+        for (pkt, meta) in pkts.drain(..).zip(metas.iter_mut()) {
+            if lazy {
+                classify(&pkt, meta);
+            }
+            match self.push_intake(pkt, meta) {
+                Intake::Dropped(_, pkt) => {
+                    outcome.dropped += 1;
+                    drop(pkt);
+                }
+                _ => outcome.queued += 1,
+            }
+        }
+        outcome.run_needed = true;
+    }
+
+    /// The bookkeeping at the end of a burst offered under the runner lock: counts the
+    /// bypass, syncs and publishes when due (a queue that only ever bypasses must still
+    /// sync and publish its activity), otherwise keeps the counters a skipped run would
+    /// publish current. Returns whether a run is needed.
+    fn settle_burst(
+        &self,
+        r: &mut Runner<P, Q>,
+        now_ns: u64,
+        bypassed: u64,
+        bypassed_bytes: u64,
+    ) -> bool {
+        r.counters.bypassed += bypassed;
+        r.counters.sent_bytes += bypassed_bytes;
+        let interval = self.shared.sync_interval_ns();
+        if bypassed > 0 && now_ns.saturating_sub(r.sync.last_check_ns) >= interval {
+            self.sync_if_due(r, now_ns);
+            self.publish(r, now_ns);
+        } else {
+            self.publish_backlog(r);
+            if bypassed > 0 {
+                let p = &self.published;
+                p.bypassed.store(r.counters.bypassed, Ordering::Relaxed);
+                p.sent_bytes.store(r.counters.sent_bytes, Ordering::Relaxed);
+            }
+        }
+        !r.qdisc.is_empty() || self.pending_flag.load(Ordering::Relaxed)
+    }
+
+    /// Lets go of the runner lock after a burst; returns whether the caller must run.
+    fn unlock_after_burst(
+        guard: super::sync::RunnerGuard<'_, Runner<P, Q>>,
+        pending: bool,
+    ) -> bool {
+        match guard.try_unlock() {
             Ok(()) => pending,
             Err(guard) => {
                 // A run lost the race to this burst: leave MISSED for our caller's run.
                 guard.unlock_with_missed();
                 true
             }
-        };
-        outcome
+        }
     }
 
     /// Runs the queue if no other thread does: drains the intake, applies pending
@@ -938,5 +1079,208 @@ mod tests {
         assert!(!outcome.run_needed);
         assert_eq!(sent, vec![0, 1, 2, 3]);
         assert_eq!(q.stats().bypassed, 4);
+    }
+
+    /// A classifier that writes the meta from the packet (DSCP = flow, so the FIFO band
+    /// shows that the meta was used) and records which packets it saw.
+    fn recording_classifier(seen: &mut Vec<u64>) -> impl FnMut(&TestPacket, &mut PacketMeta) + '_ {
+        |p, m| {
+            seen.push(p.seq);
+            *m = udp_meta(1, 2, p.flow, p.flow as u8);
+        }
+    }
+
+    fn burst(seqs: std::ops::Range<u64>, flow: u32) -> Vec<TestPacket> {
+        seqs.map(|seq| TestPacket::new(64, flow, seq)).collect()
+    }
+
+    #[test]
+    fn a_burst_that_bypasses_an_empty_fifo_is_never_classified_and_is_not_moved() {
+        let q = fifo_queue(true, 8);
+        let mut pkts = burst(0..4, 1);
+        let buffer = pkts.as_ptr();
+        let mut metas = vec![PacketMeta::default(); 4];
+        let mut seen = Vec::new();
+        let mut out = Vec::with_capacity(8);
+        let outcome = q.enqueue_burst_into(
+            0,
+            &mut pkts,
+            &mut metas,
+            recording_classifier(&mut seen),
+            &mut out,
+        );
+        assert_eq!((outcome.bypassed, outcome.queued), (4, 0));
+        assert!(!outcome.run_needed);
+        assert!(
+            seen.is_empty(),
+            "bypassed packets were classified: {seen:?}"
+        );
+        assert!(pkts.is_empty());
+        // The whole burst changed hands by swapping buffers.
+        assert_eq!(out.as_ptr(), buffer);
+        assert_eq!(out.iter().map(|p| p.seq).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        // Into a non-empty `out`, the burst is appended behind what is there.
+        let mut pkts = burst(4..6, 1);
+        let mut seen = Vec::new();
+        q.enqueue_burst_into(
+            0,
+            &mut pkts,
+            &mut metas,
+            recording_classifier(&mut seen),
+            &mut out,
+        );
+        assert!(seen.is_empty());
+        assert_eq!(
+            out.iter().map(|p| p.seq).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4, 5]
+        );
+        let s = q.stats();
+        assert_eq!((s.bypassed, s.sent_bytes, s.enqueued), (6, 6 * 64, 0));
+    }
+
+    #[test]
+    fn a_packet_that_is_queued_is_classified_exactly_once() {
+        // Bypass off: every packet goes into the qdisc, each classified once, and the
+        // classification is what the qdisc sorts by (DSCP 46 leaves first).
+        let q = fifo_queue(false, 8);
+        let mut pkts = vec![TestPacket::new(64, 0, 0), TestPacket::new(64, 46, 1)];
+        let mut metas = vec![PacketMeta::default(); 2];
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        let outcome = q.enqueue_burst_into(
+            0,
+            &mut pkts,
+            &mut metas,
+            recording_classifier(&mut seen),
+            &mut out,
+        );
+        assert_eq!((outcome.bypassed, outcome.queued), (0, 2));
+        assert!(outcome.run_needed);
+        assert_eq!(seen, [0, 1]);
+        assert!(out.is_empty() && pkts.is_empty());
+        let mut sent = Vec::new();
+        q.run(0, 8, &mut sent, |_| {});
+        assert_eq!(sent.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 0]);
+
+        // A backlog: the burst queues behind it, classified once each.
+        let q = fifo_queue(true, 8);
+        let guard = q.runner.try_lock_idle().unwrap();
+        let mut pkts = burst(0..2, 1);
+        let mut seen = Vec::new();
+        let outcome = q.enqueue_burst_into(
+            0,
+            &mut pkts,
+            &mut metas,
+            recording_classifier(&mut seen),
+            &mut out,
+        );
+        // The runner was held: both went to the intake, classified.
+        assert_eq!((outcome.bypassed, outcome.queued), (0, 2));
+        assert_eq!(seen, [0, 1]);
+        drop(guard);
+        // Packets wait in the intake: this burst queues behind them, also classified once.
+        let mut pkts = burst(2..4, 1);
+        let mut seen = Vec::new();
+        let outcome = q.enqueue_burst_into(
+            0,
+            &mut pkts,
+            &mut metas,
+            recording_classifier(&mut seen),
+            &mut out,
+        );
+        assert_eq!((outcome.bypassed, outcome.queued), (0, 2));
+        assert_eq!(seen, [2, 3]);
+        assert!(out.is_empty());
+        let mut sent = Vec::new();
+        q.run(0, 8, &mut sent, |_| {});
+        assert_eq!(sent.iter().map(|p| p.seq).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn an_unclassified_burst_into_a_full_intake_is_dropped_and_counted() {
+        let q = fifo_queue(true, 1);
+        let guard = q.runner.try_lock_idle().unwrap();
+        let mut pkts = burst(0..3, 1);
+        let mut metas = vec![PacketMeta::default(); 3];
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        let outcome = q.enqueue_burst_into(
+            0,
+            &mut pkts,
+            &mut metas,
+            recording_classifier(&mut seen),
+            &mut out,
+        );
+        assert_eq!((outcome.queued, outcome.dropped), (1, 2));
+        assert_eq!(seen, [0, 1, 2]);
+        drop(guard);
+        assert_eq!(q.stats().drops(DropReason::IntakeFull), 2);
+    }
+
+    #[test]
+    fn cake_reads_the_meta_to_bypass_so_every_packet_is_classified_once() {
+        let q = TxQueue::new(
+            Cake::new(&CakeConfig::default()).unwrap(),
+            TxQueueOptions::default(),
+        );
+        let mut pkts = burst(0..4, 1);
+        let mut metas = vec![PacketMeta::default(); 4];
+        let mut seen = Vec::new();
+        let mut out = vec![TestPacket::new(64, 9, 99)];
+        let outcome = q.enqueue_burst_into(
+            0,
+            &mut pkts,
+            &mut metas,
+            recording_classifier(&mut seen),
+            &mut out,
+        );
+        assert_eq!(outcome.bypassed, 4);
+        assert_eq!(seen, [0, 1, 2, 3]);
+        assert_eq!(
+            out.iter().map(|p| p.seq).collect::<Vec<_>>(),
+            [99, 0, 1, 2, 3]
+        );
+        assert_eq!(q.stats().bypassed, 4);
+    }
+
+    /// The lazy path leaves the queue exactly as the classified path does.
+    #[test]
+    fn enqueue_burst_into_matches_enqueue_burst() {
+        for bypass in [true, false] {
+            let (a, b) = (fifo_queue(bypass, 64), fifo_queue(bypass, 64));
+            let mut sent_a = Vec::new();
+            let mut sent_b = Vec::new();
+            for round in 0..4u64 {
+                let seqs = round * 8..round * 8 + 8;
+                let metas: Vec<PacketMeta> =
+                    seqs.clone().map(|s| udp_meta(1, 2, 1, s as u8)).collect();
+                a.enqueue_burst(
+                    round,
+                    burst(seqs.clone(), 1).into_iter().zip(metas.iter()),
+                    |r| {
+                        if let Intake::Bypass(p) = r {
+                            sent_a.push(p);
+                        }
+                    },
+                );
+                let mut pkts = burst(seqs, 1);
+                let mut lazy_metas = vec![PacketMeta::default(); 8];
+                b.enqueue_burst_into(
+                    round,
+                    &mut pkts,
+                    &mut lazy_metas,
+                    |p, m| *m = udp_meta(1, 2, 1, p.seq as u8),
+                    &mut sent_b,
+                );
+                if round % 2 == 1 {
+                    a.run(round, 32, &mut sent_a, |_| {});
+                    b.run(round, 32, &mut sent_b, |_| {});
+                }
+            }
+            a.run(9, 64, &mut sent_a, |_| {});
+            b.run(9, 64, &mut sent_b, |_| {});
+            assert_eq!(sent_a, sent_b);
+            assert_eq!(a.stats(), b.stats());
+        }
     }
 }

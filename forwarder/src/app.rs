@@ -97,6 +97,10 @@ where
     ) -> qdisc::mq::RunResult {
         self.mq.queue(self.i).run(now_ns, budget, out, transmit)
     }
+    #[inline]
+    fn run_wanted(&self, now_ns: u64) -> bool {
+        self.mq.queue(self.i).run_wanted(now_ns)
+    }
     fn backlog(&self) -> u64 {
         self.mq.queue(self.i).backlog() as u64
     }

@@ -179,6 +179,12 @@ pub trait Shaper<P>: Send + Sync {
         transmit: &mut dyn FnMut(&mut Vec<P>),
     ) -> RunResult;
 
+    /// Whether [`Shaper::run`] at `now_ns` has anything to do (see `TxQueue::run_wanted`):
+    /// the worker that runs this queue skips the run when not. The default always runs.
+    fn run_wanted(&self, _now_ns: u64) -> bool {
+        true
+    }
+
     /// Packets waiting in the queue.
     fn backlog(&self) -> u64;
 
@@ -230,6 +236,11 @@ where
         transmit: &mut dyn FnMut(&mut Vec<P>),
     ) -> RunResult {
         TxQueue::run(self, now_ns, budget, out, transmit)
+    }
+
+    #[inline]
+    fn run_wanted(&self, now_ns: u64) -> bool {
+        TxQueue::run_wanted(self, now_ns)
     }
 
     fn backlog(&self) -> u64 {
@@ -295,6 +306,10 @@ impl<P: Packet + Send> Shaper<P> for Passthrough {
             sent: 0,
             next: NextRun::Idle,
         }
+    }
+
+    fn run_wanted(&self, _now_ns: u64) -> bool {
+        false
     }
 
     fn backlog(&self) -> u64 {

@@ -204,6 +204,10 @@ struct Published {
     active_queues: AtomicU32,
     share_bps: AtomicU64,
     qlen: AtomicU64,
+    /// When the runner last synced, and the `SharedRate` generation it applied then (for
+    /// [`TxQueue::run_wanted`]).
+    last_sync_ns: AtomicU64,
+    generation: AtomicU64,
 }
 
 /// Everything only the lock holder touches.
@@ -301,7 +305,11 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             index,
             bypass: options.bypass,
             intake_full: CachePadded::new(AtomicU64::new(0)),
-            published: CachePadded::new(Published::default()),
+            published: CachePadded::new(Published {
+                // Matches `SyncState::generation`: no generation applied yet.
+                generation: AtomicU64::new(u64::MAX),
+                ..Published::default()
+            }),
             pending: Mutex::new(None),
             pending_flag: AtomicBool::new(false),
             _q: PhantomData,
@@ -638,6 +646,23 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         }
     }
 
+    /// Whether [`TxQueue::run`] at `now_ns` has anything to do: packets in the intake or the
+    /// qdisc, a configuration to apply, a rate sync due, or a MISSED flag (or a holder) on
+    /// the runner lock. Takes no lock and only reads atomics, so a poll-mode thread that is
+    /// this queue's runner may skip the run when it says no: everything that makes it say
+    /// yes again is visible to that thread's next poll. After a skipped run the counters
+    /// in [`TxQueue::stats`] are still current (the burst paths publish what they change).
+    pub fn run_wanted(&self, now_ns: u64) -> bool {
+        let p = &self.published;
+        !self.runner.is_idle()
+            || !self.intake.is_empty()
+            || p.qlen.load(Ordering::Relaxed) != 0
+            || self.pending_flag.load(Ordering::Relaxed)
+            || p.generation.load(Ordering::Relaxed) != self.shared.generation()
+            || now_ns.saturating_sub(p.last_sync_ns.load(Ordering::Relaxed))
+                >= self.shared.sync_interval_ns()
+    }
+
     /// Changes this queue's global rate (all siblings of its [`SharedRate`] follow); runners
     /// apply it at their next run through `set_rate`, never purging anything.
     pub fn set_rate(&self, rate: Rate) {
@@ -679,7 +704,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         }
     }
 
-    /// Packets waiting: in the intake now, plus in the qdisc as of the last run.
+    /// Packets waiting: in the intake now, plus in the qdisc as of the last run or offer.
     pub fn backlog(&self) -> usize {
         self.intake.len() + self.published.qlen.load(Ordering::Relaxed) as usize
     }
@@ -742,7 +767,8 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     /// Moves up to `limit` packets from the intake into the qdisc; returns how many.
     fn drain_intake(&self, r: &mut Runner<P, Q>, now_ns: u64, limit: usize) -> usize {
         let mut moved = 0;
-        while moved < limit {
+        // `is_empty` first: a pop that finds the ring empty costs a full fence.
+        while moved < limit && !self.intake.is_empty() {
             let Some((pkt, meta)) = self.intake.pop() else {
                 break;
             };
@@ -855,6 +881,10 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         r.sync.window_bytes = 0;
         r.sync.generation = generation;
         r.sync.force = false;
+        self.published.last_sync_ns.store(now_ns, Ordering::Relaxed);
+        self.published
+            .generation
+            .store(generation, Ordering::Relaxed);
     }
 
     /// Publishes backlog, activity and counters: one batch of stores per run, all on lines
@@ -884,10 +914,12 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         p.syncs.store(c.syncs, Ordering::Relaxed);
         p.active_queues.store(c.active_queues, Ordering::Relaxed);
         p.share_bps.store(c.share_bps, Ordering::Relaxed);
-        p.qlen.store(qlen, Ordering::Relaxed);
     }
 
     fn publish_backlog(&self, r: &mut Runner<P, Q>) {
+        self.published
+            .qlen
+            .store(r.qdisc.len() as u64, Ordering::Relaxed);
         let backlog = r.qdisc.backlog_bytes();
         if backlog != r.sync.published_backlog {
             r.sync.published_backlog = backlog;
@@ -1282,5 +1314,45 @@ mod tests {
             assert_eq!(sent_a, sent_b);
             assert_eq!(a.stats(), b.stats());
         }
+    }
+
+    #[test]
+    fn run_is_wanted_exactly_when_it_has_work() {
+        let q = fifo_queue(true, 8);
+        // Nothing synced yet.
+        assert!(q.run_wanted(0));
+        q.run(0, 8, &mut Vec::new(), |_| {});
+        assert!(!q.run_wanted(0));
+        // A burst that bypasses leaves nothing to do.
+        let mut out = Vec::new();
+        let mut metas = vec![PacketMeta::default(); 4];
+        q.enqueue_burst_into(1, &mut burst(0..4, 1), &mut metas, |_, _| {}, &mut out);
+        assert_eq!(out.len(), 4);
+        assert!(!q.run_wanted(1));
+        // A packet in the intake, then one in the qdisc.
+        let guard = q.runner.try_lock_idle().unwrap();
+        q.enqueue(1, TestPacket::new(64, 1, 4), &udp_meta(1, 2, 1, 0));
+        drop(guard);
+        assert!(q.run_wanted(1));
+        q.run(1, 8, &mut Vec::new(), |_| {});
+        assert!(!q.run_wanted(1));
+        let no_bypass = fifo_queue(false, 8);
+        no_bypass.run(1, 8, &mut Vec::new(), |_| {});
+        no_bypass.enqueue_burst_into(1, &mut burst(0..1, 1), &mut metas, |_, _| {}, &mut out);
+        assert!(no_bypass.run_wanted(1));
+        no_bypass.run(1, 8, &mut Vec::new(), |_| {});
+        assert!(!no_bypass.run_wanted(1));
+        // A sync falls due, a new global rate, a configuration to apply.
+        let interval = q.shared().sync_interval_ns();
+        assert!(q.run_wanted(interval));
+        q.set_rate(Rate::from_bits_per_sec(1_000_000_000));
+        assert!(q.run_wanted(1));
+        q.run(1, 8, &mut Vec::new(), |_| {});
+        assert!(!q.run_wanted(1));
+        q.request_reconfigure(crate::fifo::FifoConfig { limit_packets: 32 })
+            .unwrap();
+        assert!(q.run_wanted(1));
+        q.run(1, 8, &mut Vec::new(), |_| {});
+        assert!(!q.run_wanted(1));
     }
 }

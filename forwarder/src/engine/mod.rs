@@ -8,8 +8,10 @@
 //! with one, the queue classifies on demand, so a burst that bypasses an idle FIFO is never
 //! parsed at all (Linux's `TCQ_F_CAN_BYPASS` skips classification the same way).
 //!
-//! Per loop iteration a worker reads the clock once ([`clock::now_ns`]), writes only its own
-//! counter block ([`crate::stats::counters`]) and allocates nothing. Stopping is two-phase:
+//! Per loop iteration a worker reads the clock once ([`clock::now_ns`]) and allocates
+//! nothing; it writes only its own counter block ([`crate::stats::counters`]), every few busy
+//! iterations and on the first idle one. A TX queue with nothing to drain, dequeue or sync
+//! ([`Shaper::run_wanted`]) is not run. Stopping is two-phase:
 //! [`Running::stop_rx`] stops receiving and lets the workers drain their queues until they
 //! are empty or the drain deadline passes; [`Running::join`] waits for them.
 //!
@@ -872,6 +874,18 @@ mod tests {
         // Both of port b's queues carried traffic.
         assert!(r.queues[2].bypass + r.queues[2].dequeued > 0);
         assert!(r.queues[3].bypass + r.queues[3].dequeued > 0);
+    }
+
+    #[test]
+    fn a_worker_offering_to_another_workers_single_queue_hands_its_bypassed_bursts_over() {
+        // One TX queue, two workers: worker 0 receives, worker 1 owns port b's queue, so every
+        // burst worker 0 offers unparsed bypasses into worker 1's handoff (or queues).
+        let r = forward(QueueChoice::Fifo, 2, 1, 20_000);
+        let s = &r.synth[0];
+        assert_eq!(s.lost, r.conservation.dropped, "{r:?}");
+        assert_eq!((s.totals.reordered, s.totals.duplicates), (0, 0), "{r:?}");
+        assert!(r.conservation.ok, "{:?}", r.conservation);
+        assert!(r.queues[1].bypass > 0, "{r:?}");
     }
 
     #[test]

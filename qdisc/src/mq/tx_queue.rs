@@ -143,14 +143,16 @@ const MAX_MISSED_ROUNDS: u32 = 8;
 /// One TX queue: `&self` methods, `Send + Sync`, fed by any number of threads.
 ///
 /// # Call protocol
-/// * Offer packets from any thread with [`TxQueue::enqueue_burst`] (one lock per burst; the
-///   engine's path) or [`TxQueue::enqueue`] (one packet). Packets handed back as
-///   [`Intake::Bypass`] must be transmitted before the next call into this queue.
-/// * Then call [`TxQueue::run`] from the same thread (after `enqueue_burst`, only when its
+/// * Offer packets from any thread with [`TxQueue::enqueue_burst_into`] (one lock per burst,
+///   packets classified only when the queue needs their meta, a bypassed burst handed over
+///   whole; the engine's path), [`TxQueue::enqueue_burst`] (one lock per burst, classified
+///   packets) or [`TxQueue::enqueue`] (one packet). Packets that took the bypass must be
+///   transmitted before the next call into this queue.
+/// * Then call [`TxQueue::run`] from the same thread (after a burst, only when its
 ///   [`BurstOutcome::run_needed`] says so; after `enqueue`, always). Every thread that
-///   offered packets must do so before it goes idle; poll-mode workers run every poll, and
-///   must call `run` again at once when it returns [`NextRun::Now`] or [`RunResult::Busy`]
-///   on their next poll. `run` drains the intake (at most `budget` packets), applies pending
+///   offered packets must do so before it goes idle; poll-mode workers run every poll (or
+///   every poll on which [`TxQueue::run_wanted`] says so), and must call `run` again at once
+///   when it returns [`NextRun::Now`] or [`RunResult::Busy`] on their next poll. `run` drains the intake (at most `budget` packets), applies pending
 ///   configuration, syncs the rate when due, dequeues what the shaper allows and calls
 ///   `transmit` with it **while it still holds the runner lock**: that is what keeps per-flow
 ///   order across threads, since a bypass can only happen once the previous runner's
@@ -168,8 +170,9 @@ const MAX_MISSED_ROUNDS: u32 = 8;
 /// missing, it goes straight into the qdisc. Nothing is ever reordered.
 ///
 /// # Cost
-/// `enqueue_burst` on an idle queue: two uncontended atomic read-modify-writes per burst plus
-/// the qdisc's `try_bypass` per packet. A queued packet: one intake push and pop (one CAS
+/// A burst on an idle queue: two uncontended atomic read-modify-writes per burst plus the
+/// qdisc's bypass (for the FIFO through `enqueue_burst_into`: one check and a sum of the
+/// lengths per burst, no parse, no packet moved). A queued packet: one intake push and pop (one CAS
 /// each) plus the qdisc's enqueue and dequeue. Shared cache lines of other queues are read
 /// once per sync interval; this queue's own are written once per run.
 pub struct TxQueue<P, Q> {

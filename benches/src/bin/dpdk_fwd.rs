@@ -364,7 +364,10 @@ mod imp {
             );
             c.dropped += outcome.dropped as u64;
             let mut sent = 0u64;
-            let _ = q.run(now, BURST, &mut txb, |out| sent += tx.tx_burst(out) as u64);
+            // As the engine: a queue with nothing to drain, dequeue or sync is not run.
+            if q.run_wanted(now) {
+                let _ = q.run(now, BURST, &mut txb, |out| sent += tx.tx_burst(out) as u64);
+            }
             if !txb.is_empty() {
                 sent += tx.tx_burst(&mut txb) as u64;
             }

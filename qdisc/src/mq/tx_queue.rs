@@ -573,6 +573,10 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         } else {
             self.publish_backlog(r);
             if bypassed > 0 {
+                // The caller may skip its run (see `run_wanted`): publish what a run would
+                // have, the delivery time included, which siblings' syncs read to count
+                // this queue as active.
+                self.note_delivery(r, now_ns);
                 let p = &self.published;
                 p.bypassed.store(r.counters.bypassed, Ordering::Relaxed);
                 p.sent_bytes.store(r.counters.sent_bytes, Ordering::Relaxed);
@@ -893,12 +897,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     /// Publishes backlog, activity and counters: one batch of stores per run, all on lines
     /// this queue owns.
     fn publish(&self, r: &mut Runner<P, Q>, now_ns: u64) {
-        let mine = self.shared.queue(self.index);
-        if r.counters.sent_bytes != r.sync.published_bytes {
-            r.sync.window_bytes += r.counters.sent_bytes - r.sync.published_bytes;
-            r.sync.published_bytes = r.counters.sent_bytes;
-            mine.last_active_ns.store(now_ns, Ordering::Relaxed);
-        }
+        self.note_delivery(r, now_ns);
         self.publish_backlog(r);
         let c = &r.counters;
         let p = &self.published;
@@ -917,6 +916,19 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         p.syncs.store(c.syncs, Ordering::Relaxed);
         p.active_queues.store(c.active_queues, Ordering::Relaxed);
         p.share_bps.store(c.share_bps, Ordering::Relaxed);
+    }
+
+    /// Adds the bytes delivered since the last call to the sync window and publishes the
+    /// delivery time when there were any.
+    fn note_delivery(&self, r: &mut Runner<P, Q>, now_ns: u64) {
+        if r.counters.sent_bytes != r.sync.published_bytes {
+            r.sync.window_bytes += r.counters.sent_bytes - r.sync.published_bytes;
+            r.sync.published_bytes = r.counters.sent_bytes;
+            self.shared
+                .queue(self.index)
+                .last_active_ns
+                .store(now_ns, Ordering::Relaxed);
+        }
     }
 
     fn publish_backlog(&self, r: &mut Runner<P, Q>) {
@@ -1326,12 +1338,14 @@ mod tests {
         assert!(q.run_wanted(0));
         q.run(0, 8, &mut Vec::new(), |_| {});
         assert!(!q.run_wanted(0));
-        // A burst that bypasses leaves nothing to do.
+        // A burst that bypasses leaves nothing to do, yet publishes its delivery: siblings'
+        // syncs must see this queue as active without a run.
         let mut out = Vec::new();
         let mut metas = vec![PacketMeta::default(); 4];
         q.enqueue_burst_into(1, &mut burst(0..4, 1), &mut metas, |_, _| {}, &mut out);
         assert_eq!(out.len(), 4);
         assert!(!q.run_wanted(1));
+        assert_eq!(q.shared().activity(0).unwrap().last_active_ns, 1);
         // A packet in the intake, then one in the qdisc.
         let guard = q.runner.try_lock_idle().unwrap();
         q.enqueue(1, TestPacket::new(64, 1, 4), &udp_meta(1, 2, 1, 0));

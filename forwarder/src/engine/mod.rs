@@ -282,6 +282,9 @@ struct TxSlot<P> {
     tx: Box<dyn PortTx<Buf = P>>,
     egress: usize,
     pending: Vec<P>,
+    /// The bytes in `pending`, kept as packets come and go so that a transmit need not sum
+    /// them (a bypassed burst's bytes come with it from the queue).
+    pending_bytes: u64,
     /// The shaper said it holds its packets until this time: no point running it before.
     due_ns: u64,
 }
@@ -410,6 +413,7 @@ pub fn start_with_hook<P: PortBuf>(
                 tx,
                 egress: e,
                 pending: Vec::with_capacity(cfg.burst * 4),
+                pending_bytes: 0,
                 due_ns: 0,
             });
         }
@@ -520,7 +524,8 @@ impl<P: PortBuf> Worker<P> {
                         continue;
                     }
                     work += n;
-                    let bytes: u64 = burst.iter().map(|p| p.len() as u64).sum();
+                    // Received bytes: the queues sum them as they take the packets.
+                    let mut bytes = 0u64;
                     let mut malformed = 0u64;
                     debug_assert!(burst.len() <= bs, "rx_burst returns at most bs");
                     let base = slot.out * nq;
@@ -532,17 +537,18 @@ impl<P: PortBuf> Worker<P> {
                         let mut classify = |pkt: &P, meta: &mut PacketMeta| {
                             malformed += u64::from(classify_into(pkt, meta));
                         };
-                        let (bypassed, full) = offer_to(
+                        let offered = offer_to(
                             self.shapers[base].as_ref(),
                             now,
                             &mut burst,
                             &mut bmetas[base],
                             &mut classify,
-                            self.owned[base].map(|i| &mut self.tx[i].pending),
+                            self.owned[base].map(|i| &mut self.tx[i]),
                             &self.handoff[base],
                             &mut scratch,
                         );
-                        count_offer(&mut local, lp, base, bypassed, full);
+                        bytes += offered.bytes;
+                        count_offer(&mut local, lp, base, offered);
                     } else {
                         // The TX queue comes from the flow hash, so every packet is parsed:
                         // the whole burst first, each meta written in place, then sorted by
@@ -562,17 +568,18 @@ impl<P: PortBuf> Worker<P> {
                             if bpkts[e].is_empty() {
                                 continue;
                             }
-                            let (bypassed, full) = offer_to(
+                            let offered = offer_to(
                                 self.shapers[e].as_ref(),
                                 now,
                                 &mut bpkts[e],
                                 &mut bmetas[e],
                                 &mut |_, _| {},
-                                self.owned[e].map(|i| &mut self.tx[i].pending),
+                                self.owned[e].map(|i| &mut self.tx[i]),
                                 &self.handoff[e],
                                 &mut scratch,
                             );
-                            count_offer(&mut local, lp, e, bypassed, full);
+                            bytes += offered.bytes;
+                            count_offer(&mut local, lp, e, offered);
                         }
                     }
                     local[lp.port(slot.port, port::RX_PACKETS)] += n as u64;
@@ -589,21 +596,27 @@ impl<P: PortBuf> Worker<P> {
                 // A queue with nothing to drain, dequeue, apply or sync is not run at all (its
                 // lock round trip and publish would cost more than a bypassed burst).
                 if room > 0 && now >= slot.due_ns && self.shapers[e].run_wanted(now) {
-                    let before = slot.pending.len();
+                    // `out[kept..]` is what the run added since the last transmit (a run may
+                    // transmit more than once, and each transmit may leave some behind).
+                    let mut kept = slot.pending.len();
                     let port_tx = &mut slot.tx;
+                    let pending_bytes = &mut slot.pending_bytes;
                     let r = self.shapers[e].run(now, room, &mut slot.pending, &mut |out| {
+                        let fresh = kept.min(out.len());
                         // Packets other workers bypassed went out of the queue before
                         // anything dequeued now: put them in front of it.
                         if !handoff.is_empty() {
-                            scratch.extend(out.drain(before..));
+                            scratch.extend(out.drain(fresh..));
                             while let Some(p) = handoff.pop() {
                                 out.push(p);
                             }
                             out.append(&mut scratch);
                         }
-                        let (n, b) = transmit(port_tx.as_mut(), out);
+                        *pending_bytes += out[fresh..].iter().map(|p| p.len() as u64).sum::<u64>();
+                        let (n, b) = transmit(port_tx.as_mut(), out, pending_bytes);
                         tx_pkts += n;
                         tx_bytes += b;
+                        kept = out.len();
                     });
                     if let RunResult::Ran { sent, next } = r {
                         local[lp.egress(e, egress::DEQUEUED)] += sent as u64;
@@ -621,10 +634,12 @@ impl<P: PortBuf> Worker<P> {
                 // `is_empty` first: a pop that finds the ring empty costs a full fence.
                 while slot.pending.len() < bs * 2 && !handoff.is_empty() {
                     let Some(p) = handoff.pop() else { break };
+                    slot.pending_bytes += p.len() as u64;
                     slot.pending.push(p);
                 }
                 if !slot.pending.is_empty() {
-                    let (n, b) = transmit(slot.tx.as_mut(), &mut slot.pending);
+                    let (n, b) =
+                        transmit(slot.tx.as_mut(), &mut slot.pending, &mut slot.pending_bytes);
                     tx_pkts += n;
                     tx_bytes += b;
                 }
@@ -696,10 +711,19 @@ fn classify_into<P: PortBuf>(pkt: &P, meta: &mut PacketMeta) -> bool {
     malformed
 }
 
-/// Offers `pkts` to an egress's shaper. Bypassed packets go to `pending` when this worker
-/// owns the egress (swapped in whole when it is empty), otherwise to the owner's handoff
-/// queue through `scratch`. Returns the packets bypassed and those the full handoff queue
-/// dropped.
+/// What [`offer_to`] did with a burst.
+struct Offered {
+    /// Packets that took the bypass.
+    bypassed: u64,
+    /// Bypassed packets dropped because the owner's handoff queue was full.
+    handoff_full: u64,
+    /// Bytes of the whole burst.
+    bytes: u64,
+}
+
+/// Offers `pkts` to an egress's shaper. Bypassed packets go to the slot's pending burst
+/// when this worker owns the egress (swapped in whole when it is empty), otherwise to the
+/// owner's handoff queue through `scratch`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn offer_to<P: PortBuf>(
@@ -708,14 +732,19 @@ fn offer_to<P: PortBuf>(
     pkts: &mut Vec<P>,
     metas: &mut [PacketMeta],
     classify: &mut dyn FnMut(&P, &mut PacketMeta),
-    pending: Option<&mut Vec<P>>,
+    owned: Option<&mut TxSlot<P>>,
     handoff: &ArrayQueue<P>,
     scratch: &mut Vec<P>,
-) -> (u64, u64) {
-    match pending {
-        Some(pending) => {
-            let outcome = shaper.offer_burst(now, pkts, metas, classify, pending);
-            (outcome.bypassed as u64, 0)
+) -> Offered {
+    match owned {
+        Some(slot) => {
+            let outcome = shaper.offer_burst(now, pkts, metas, classify, &mut slot.pending);
+            slot.pending_bytes += outcome.bypassed_bytes;
+            Offered {
+                bypassed: outcome.bypassed as u64,
+                handoff_full: 0,
+                bytes: outcome.offered_bytes,
+            }
         }
         None => {
             let outcome = shaper.offer_burst(now, pkts, metas, classify, scratch);
@@ -726,28 +755,45 @@ fn offer_to<P: PortBuf>(
                     full += 1;
                 }
             }
-            (outcome.bypassed as u64, full)
+            Offered {
+                bypassed: outcome.bypassed as u64,
+                handoff_full: full,
+                bytes: outcome.offered_bytes,
+            }
         }
     }
 }
 
 /// Adds one offer's bypass and handoff-full counts to egress `e`'s counters.
 #[inline]
-fn count_offer(local: &mut [u64], lp: Layout, e: usize, bypassed: u64, full: u64) {
-    local[lp.egress(e, egress::BYPASS)] += bypassed;
-    local[lp.egress(e, egress::DROPS + reason_index(DropReason::IntakeFull))] += full;
+fn count_offer(local: &mut [u64], lp: Layout, e: usize, offered: Offered) {
+    local[lp.egress(e, egress::BYPASS)] += offered.bypassed;
+    local[lp.egress(e, egress::DROPS + reason_index(DropReason::IntakeFull))] +=
+        offered.handoff_full;
 }
 
-/// Transmits from the front of `burst`; returns packets and bytes sent.
+/// Transmits from the front of `burst`, whose bytes are `bytes` (updated to what is left);
+/// returns packets and bytes sent.
 #[inline]
-fn transmit<P: PortBuf>(tx: &mut dyn PortTx<Buf = P>, burst: &mut Vec<P>) -> (u64, u64) {
-    let before: u64 = burst.iter().map(|p| p.len() as u64).sum();
+fn transmit<P: PortBuf>(
+    tx: &mut dyn PortTx<Buf = P>,
+    burst: &mut Vec<P>,
+    bytes: &mut u64,
+) -> (u64, u64) {
+    debug_assert_eq!(
+        *bytes,
+        burst.iter().map(|p| p.len() as u64).sum::<u64>(),
+        "pending bytes out of step with the pending burst"
+    );
     let sent = tx.tx_burst(burst);
     if sent == 0 {
         return (0, 0);
     }
-    let after: u64 = burst.iter().map(|p| p.len() as u64).sum();
-    (sent as u64, before - after)
+    // Usually the port took everything; otherwise only what is left is summed.
+    let left: u64 = burst.iter().map(|p| p.len() as u64).sum();
+    let sent_bytes = bytes.saturating_sub(left);
+    *bytes = left;
+    (sent as u64, sent_bytes)
 }
 
 #[cfg(test)]
@@ -1056,6 +1102,13 @@ mod tests {
         let shared = running.shared().clone();
         assert_eq!(running.join(), 0);
         let snap = shared.snapshot();
+        // Received and transmitted bytes add up to the frames, however they went through.
+        let bytes = (10 * len + 6 * 24) as u64;
+        assert_eq!(snap.port(0, port::RX_BYTES), bytes);
+        let tx: u64 = (queues..2 * queues)
+            .map(|e| snap.egress(e, egress::TX_BYTES))
+            .sum();
+        assert_eq!(tx, bytes);
         (sent.load(Relaxed), snap.port(0, port::MALFORMED))
     }
 

@@ -159,7 +159,8 @@ pub trait Shaper<P>: Send + Sync {
     /// bypasses a FIFO is never classified; a caller that classified already passes a
     /// no-op). Bypassed packets are appended to `out` in order (or swapped in when `out` is
     /// empty) and must be transmitted before the next call into this queue; packets the
-    /// queue cannot take are dropped here and counted by the queue. `pkts` is emptied.
+    /// queue cannot take are dropped here and counted by the queue. `pkts` is emptied. The
+    /// outcome carries the bytes of the bypassed packets and of the whole burst.
     fn offer_burst(
         &self,
         now_ns: u64,
@@ -284,6 +285,7 @@ impl<P: Packet + Send> Shaper<P> for Passthrough {
         out: &mut Vec<P>,
     ) -> BurstOutcome {
         let bypassed = pkts.len();
+        let bytes = pkts.iter().map(|p| p.len() as u64).sum();
         if out.is_empty() {
             std::mem::swap(pkts, out);
         } else {
@@ -291,6 +293,8 @@ impl<P: Packet + Send> Shaper<P> for Passthrough {
         }
         BurstOutcome {
             bypassed,
+            bypassed_bytes: bytes,
+            offered_bytes: bytes,
             ..BurstOutcome::default()
         }
     }

@@ -29,15 +29,21 @@ pub enum Intake<P> {
     Dropped(DropReason, P),
 }
 
-/// What [`TxQueue::enqueue_burst`] did with a burst.
+/// What [`TxQueue::enqueue_burst`] or [`TxQueue::enqueue_burst_into`] did with a burst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BurstOutcome {
-    /// Packets handed back as [`Intake::Bypass`].
+    /// Packets that took the bypass (handed back as [`Intake::Bypass`], or appended to
+    /// `out`).
     pub bypassed: usize,
     /// Packets queued (in the qdisc or the intake).
     pub queued: usize,
-    /// Packets handed back as [`Intake::Dropped`].
+    /// Packets the intake had no room for (handed back as [`Intake::Dropped`], or dropped).
     pub dropped: usize,
+    /// Bytes ([`Packet::len`]) of the packets that took the bypass.
+    pub bypassed_bytes: u64,
+    /// Bytes of every packet of the burst, whatever became of it (what a caller that counts
+    /// received bytes would otherwise sum itself).
+    pub offered_bytes: u64,
     /// False only when the whole burst bypassed and nothing else is pending: the caller may
     /// then skip [`TxQueue::run`].
     pub run_needed: bool,
@@ -354,6 +360,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         F: FnMut(Intake<P>),
     {
         for (pkt, meta) in pkts {
+            outcome.offered_bytes += pkt.len() as u64;
             match self.push_intake(pkt, meta) {
                 Intake::Dropped(reason, pkt) => {
                     outcome.dropped += 1;
@@ -410,6 +417,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             // Counted in locals and added once per burst: per-packet stores through `r`
             // cannot be kept in registers across `on_result`.
             let (mut bypassed, mut bypassed_bytes, mut queued) = (0u64, 0u64, 0usize);
+            let mut queued_bytes = 0u64;
             let mut pkts = pkts.into_iter();
             let first_queued = if self.bypass && r.qdisc.is_empty() {
                 let done = r
@@ -421,11 +429,14 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 pkts.next()
             };
             for (pkt, meta) in first_queued.into_iter().chain(pkts) {
+                queued_bytes += pkt.len() as u64;
                 r.enqueue_one(now_ns, pkt, meta);
                 queued += 1;
             }
             outcome.bypassed += bypassed as usize;
             outcome.queued += queued;
+            outcome.bypassed_bytes = bypassed_bytes;
+            outcome.offered_bytes = bypassed_bytes + queued_bytes;
             self.settle_burst(r, now_ns, bypassed, bypassed_bytes)
         });
         outcome.run_needed = Self::unlock_after_burst(guard, pending);
@@ -487,6 +498,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         let pending = guard.with(|r| {
             let now_ns = r.sync.clamp(now_ns);
             let may_bypass = self.bypass && r.qdisc.is_empty();
+            let mut queued_bytes = 0u64;
             let (bypassed, bypassed_bytes) = if lazy {
                 let done = if may_bypass {
                     r.qdisc.bypass_unclassified(now_ns, pkts)
@@ -496,6 +508,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 let first = done.packets.min(pkts.len());
                 for (pkt, meta) in pkts.drain(first..).zip(metas[first..].iter_mut()) {
                     classify(&pkt, meta);
+                    queued_bytes += pkt.len() as u64;
                     r.enqueue_one(now_ns, pkt, meta);
                 }
                 if out.is_empty() {
@@ -514,12 +527,15 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                     ((0, 0), rest.next())
                 };
                 for (pkt, meta) in first_queued.into_iter().chain(rest) {
+                    queued_bytes += pkt.len() as u64;
                     r.enqueue_one(now_ns, pkt, meta);
                 }
                 done
             };
             outcome.bypassed = bypassed as usize;
             outcome.queued = metas.len() - outcome.bypassed;
+            outcome.bypassed_bytes = bypassed_bytes;
+            outcome.offered_bytes = bypassed_bytes + queued_bytes;
             self.settle_burst(r, now_ns, bypassed, bypassed_bytes)
         });
         outcome.run_needed = Self::unlock_after_burst(guard, pending);
@@ -542,6 +558,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             if lazy {
                 classify(&pkt, meta);
             }
+            outcome.offered_bytes += pkt.len() as u64;
             match self.push_intake(pkt, meta) {
                 Intake::Dropped(_, pkt) => {
                     outcome.dropped += 1;
@@ -1157,6 +1174,7 @@ mod tests {
             &mut out,
         );
         assert_eq!((outcome.bypassed, outcome.queued), (4, 0));
+        assert_eq!((outcome.bypassed_bytes, outcome.offered_bytes), (256, 256));
         assert!(!outcome.run_needed);
         assert!(
             seen.is_empty(),
@@ -1202,6 +1220,7 @@ mod tests {
             &mut out,
         );
         assert_eq!((outcome.bypassed, outcome.queued), (0, 2));
+        assert_eq!((outcome.bypassed_bytes, outcome.offered_bytes), (0, 128));
         assert!(outcome.run_needed);
         assert_eq!(seen, [0, 1]);
         assert!(out.is_empty() && pkts.is_empty());
@@ -1259,6 +1278,7 @@ mod tests {
             &mut out,
         );
         assert_eq!((outcome.queued, outcome.dropped), (1, 2));
+        assert_eq!(outcome.offered_bytes, 3 * 64);
         assert_eq!(seen, [0, 1, 2]);
         drop(guard);
         assert_eq!(q.stats().drops(DropReason::IntakeFull), 2);
@@ -1282,6 +1302,7 @@ mod tests {
             &mut out,
         );
         assert_eq!(outcome.bypassed, 4);
+        assert_eq!((outcome.bypassed_bytes, outcome.offered_bytes), (256, 256));
         assert_eq!(seen, [0, 1, 2, 3]);
         assert_eq!(
             out.iter().map(|p| p.seq).collect::<Vec<_>>(),

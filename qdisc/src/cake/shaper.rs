@@ -131,10 +131,20 @@ impl Overhead {
     /// super-frame is charged like the kernel's unsplit path: `segs − 1` equal segments plus
     /// the remainder, each with its own overhead. Segment size is `ceil(len / segs)`; the
     /// L2 header is counted in each segment, because each goes on the wire with one.
+    #[inline]
     pub fn adjust_gso(&self, len: u32, l2_len: u32, segs: u16) -> (u32, u32) {
         if segs <= 1 {
             return self.adjust(len, l2_len);
         }
+        self.adjust_segments(len, l2_len, segs)
+    }
+
+    /// [`Overhead::adjust_gso`] for a super-frame of `segs` > 1 segments: out of line, so
+    /// that the ordinary frame's path inlines into the enqueue and bypass (a call there
+    /// cost more instructions than the adjustment itself).
+    #[cold]
+    #[inline(never)]
+    fn adjust_segments(&self, len: u32, l2_len: u32, segs: u16) -> (u32, u32) {
         let segs = u32::from(segs);
         let seg = len.div_ceil(segs).max(1);
         let (one, net) = self.adjust(seg, l2_len);

@@ -823,6 +823,22 @@ mod tests {
     }
 
     /// Runs `packets` synth packets from port 0 to port 1 and returns the final report.
+    /// Starts the engine, waits (at most 20 s) until every receive port is finished, and
+    /// stops receiving; the caller joins.
+    fn start_until_rx_done<P: PortBuf>(
+        ecfg: &EngineConfig,
+        ports: EnginePorts<P>,
+        shapers: Vec<Arc<dyn Shaper<P>>>,
+    ) -> Running<P> {
+        let running = start(ecfg, ports, shapers).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !running.rx_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        running.stop_rx();
+        running
+    }
+
     fn forward(
         choice: QueueChoice,
         workers: usize,
@@ -866,12 +882,7 @@ mod tests {
             pin: false,
             ..EngineConfig::default()
         };
-        let running = start(&ecfg, ports, shapers).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !running.rx_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        running.stop_rx();
+        let running = start_until_rx_done(&ecfg, ports, shapers);
         let handoff = running.handoff_counts();
         let shared = running.shared().clone();
         assert_eq!(running.join(), 0);
@@ -999,12 +1010,7 @@ mod tests {
             drain_timeout: "10s".into(),
             ..EngineConfig::default()
         };
-        let running = start(&ecfg, ports, shapers).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !running.rx_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        running.stop_rx();
+        let running = start_until_rx_done(&ecfg, ports, shapers);
         assert_eq!(running.join(), 0);
         let t = stats.totals();
         assert_eq!((t.sent_packets, t.received_packets), (3000, 3000));
@@ -1093,12 +1099,7 @@ mod tests {
             tx_queues: queues,
             ..EngineConfig::default()
         };
-        let running = start(&ecfg, ports, shapers).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !running.rx_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        running.stop_rx();
+        let running = start_until_rx_done(&ecfg, ports, shapers);
         let shared = running.shared().clone();
         assert_eq!(running.join(), 0);
         let snap = shared.snapshot();

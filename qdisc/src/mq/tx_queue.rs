@@ -1154,6 +1154,25 @@ mod tests {
         }
     }
 
+    /// Offers `pkts` at time 0 through a recording classifier; returns the outcome and
+    /// the sequence numbers the classifier saw.
+    fn offer_recording(
+        q: &TxQueue<TestPacket, Fifo<TestPacket>>,
+        mut pkts: Vec<TestPacket>,
+        out: &mut Vec<TestPacket>,
+    ) -> (BurstOutcome, Vec<u64>) {
+        let mut metas = vec![PacketMeta::default(); pkts.len()];
+        let mut seen = Vec::new();
+        let outcome = q.enqueue_burst_into(
+            0,
+            &mut pkts,
+            &mut metas,
+            recording_classifier(&mut seen),
+            out,
+        );
+        (outcome, seen)
+    }
+
     fn burst(seqs: std::ops::Range<u64>, flow: u32) -> Vec<TestPacket> {
         seqs.map(|seq| TestPacket::new(64, flow, seq)).collect()
     }
@@ -1231,29 +1250,13 @@ mod tests {
         // A backlog: the burst queues behind it, classified once each.
         let q = fifo_queue(true, 8);
         let guard = q.runner.try_lock_idle().unwrap();
-        let mut pkts = burst(0..2, 1);
-        let mut seen = Vec::new();
-        let outcome = q.enqueue_burst_into(
-            0,
-            &mut pkts,
-            &mut metas,
-            recording_classifier(&mut seen),
-            &mut out,
-        );
+        let (outcome, seen) = offer_recording(&q, burst(0..2, 1), &mut out);
         // The runner was held: both went to the intake, classified.
         assert_eq!((outcome.bypassed, outcome.queued), (0, 2));
         assert_eq!(seen, [0, 1]);
         drop(guard);
         // Packets wait in the intake: this burst queues behind them, also classified once.
-        let mut pkts = burst(2..4, 1);
-        let mut seen = Vec::new();
-        let outcome = q.enqueue_burst_into(
-            0,
-            &mut pkts,
-            &mut metas,
-            recording_classifier(&mut seen),
-            &mut out,
-        );
+        let (outcome, seen) = offer_recording(&q, burst(2..4, 1), &mut out);
         assert_eq!((outcome.bypassed, outcome.queued), (0, 2));
         assert_eq!(seen, [2, 3]);
         assert!(out.is_empty());

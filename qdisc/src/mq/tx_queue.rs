@@ -1155,7 +1155,8 @@ mod tests {
     }
 
     /// Offers `pkts` at time 0 through a recording classifier; returns the outcome and
-    /// the sequence numbers the classifier saw.
+    /// the sequence numbers the classifier saw. Every packet is taken: bypassed to `out`,
+    /// queued or dropped.
     fn offer_recording(
         q: &TxQueue<TestPacket, Fifo<TestPacket>>,
         mut pkts: Vec<TestPacket>,
@@ -1170,6 +1171,7 @@ mod tests {
             recording_classifier(&mut seen),
             out,
         );
+        assert!(pkts.is_empty(), "the offer takes every packet");
         (outcome, seen)
     }
 
@@ -1227,22 +1229,14 @@ mod tests {
         // Bypass off: every packet goes into the qdisc, each classified once, and the
         // classification is what the qdisc sorts by (DSCP 46 leaves first).
         let q = fifo_queue(false, 8);
-        let mut pkts = vec![TestPacket::new(64, 0, 0), TestPacket::new(64, 46, 1)];
-        let mut metas = vec![PacketMeta::default(); 2];
-        let mut seen = Vec::new();
+        let pkts = vec![TestPacket::new(64, 0, 0), TestPacket::new(64, 46, 1)];
         let mut out = Vec::new();
-        let outcome = q.enqueue_burst_into(
-            0,
-            &mut pkts,
-            &mut metas,
-            recording_classifier(&mut seen),
-            &mut out,
-        );
+        let (outcome, seen) = offer_recording(&q, pkts, &mut out);
         assert_eq!((outcome.bypassed, outcome.queued), (0, 2));
         assert_eq!((outcome.bypassed_bytes, outcome.offered_bytes), (0, 128));
         assert!(outcome.run_needed);
         assert_eq!(seen, [0, 1]);
-        assert!(out.is_empty() && pkts.is_empty());
+        assert!(out.is_empty());
         let mut sent = Vec::new();
         q.run(0, 8, &mut sent, |_| {});
         assert_eq!(sent.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 0]);
@@ -1269,17 +1263,7 @@ mod tests {
     fn an_unclassified_burst_into_a_full_intake_is_dropped_and_counted() {
         let q = fifo_queue(true, 1);
         let guard = q.runner.try_lock_idle().unwrap();
-        let mut pkts = burst(0..3, 1);
-        let mut metas = vec![PacketMeta::default(); 3];
-        let mut seen = Vec::new();
-        let mut out = Vec::new();
-        let outcome = q.enqueue_burst_into(
-            0,
-            &mut pkts,
-            &mut metas,
-            recording_classifier(&mut seen),
-            &mut out,
-        );
+        let (outcome, seen) = offer_recording(&q, burst(0..3, 1), &mut Vec::new());
         assert_eq!((outcome.queued, outcome.dropped), (1, 2));
         assert_eq!(outcome.offered_bytes, 3 * 64);
         assert_eq!(seen, [0, 1, 2]);

@@ -1,9 +1,10 @@
 //! Enqueue+dequeue cost per packet (ns) of CAKE and the FIFO baseline, in virtual time.
 //!
-//! Each iteration enqueues one packet (flows in round robin) and dequeues one, around a
-//! standing backlog of one packet per active flow. Unlimited runs advance the clock 100 ns
-//! per packet; shaped runs (10 Gbit/s, 1000-byte frames) advance it by exactly one
-//! packet's serialization time, so the shaper lets one packet out per iteration.
+//! Each iteration enqueues one packet (flows in round robin) and dequeues one, after a
+//! start with one packet queued per active flow. Packets are 1000 bytes; one row repeats
+//! the goal configuration with 64-byte frames. Unlimited runs advance the clock 100 ns per
+//! packet; shaped runs (10 Gbit/s) advance it by exactly one packet's serialization time,
+//! so the shaper lets one packet out per iteration.
 //!
 //! Run: `cargo bench -p qdisc --bench cake -- --warm-up-time 1 --measurement-time 2`
 
@@ -51,17 +52,30 @@ fn run<Q: Qdisc<BenchPacket>>(
     name: &str,
     flows: u32,
     shaped: bool,
-    mut q: Q,
+    q: Q,
     metas: &[PacketMeta],
 ) {
+    run_sized(c, name, flows, shaped, q, metas, LEN);
+}
+
+/// [`run`] with packets of `len` bytes.
+fn run_sized<Q: Qdisc<BenchPacket>>(
+    c: &mut Criterion,
+    name: &str,
+    flows: u32,
+    shaped: bool,
+    mut q: Q,
+    metas: &[PacketMeta],
+    len: u32,
+) {
     let step = if shaped {
-        u64::from(LEN) * 1_000_000_000 / SHAPED.bytes_per_sec()
+        u64::from(len) * 1_000_000_000 / SHAPED.bytes_per_sec()
     } else {
         100
     };
     let mut now = 1_000_000u64;
     for m in metas.iter().take(flows.min(10_000) as usize) {
-        q.enqueue(now, BenchPacket(LEN), m);
+        q.enqueue(now, BenchPacket(len), m);
     }
     let mut i = 0usize;
     let mut group = c.benchmark_group(name);
@@ -75,7 +89,7 @@ fn run<Q: Qdisc<BenchPacket>>(
             if i == metas.len() {
                 i = 0;
             }
-            q.enqueue(now, BenchPacket(LEN), m);
+            q.enqueue(now, BenchPacket(len), m);
             match q.dequeue(now) {
                 Dequeue::Packet(p) => {
                     black_box(p);
@@ -142,6 +156,14 @@ fn benches(c: &mut Criterion) {
             ))
             .unwrap();
             run(c, "cake_diffserv3_triple_rss", flows, false, q, &rss);
+            // Minimum-size frames, the size packet rates (Mpps) are usually quoted at.
+            let q = Cake::new(&cake_config(
+                DiffservMode::Diffserv3,
+                FlowMode::TripleIsolate,
+                false,
+            ))
+            .unwrap();
+            run_sized(c, "cake_diffserv3_triple_64B", flows, false, q, &ds, 64);
         }
     }
 }

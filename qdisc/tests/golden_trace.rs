@@ -1,0 +1,313 @@
+//! A pinned digest of CAKE's exact behaviour, so that a change meant to be a pure
+//! optimisation can prove it changed nothing.
+//!
+//! Random configurations (every diffserv and flow-isolation mode, unlimited and shaped
+//! rates, ingress, wash, overhead, small packet and memory limits, the ACK filter, the NIC
+//! hash) each run a random workload of bursts and dequeues in virtual time. Every enqueue
+//! outcome, every dequeued packet (its id and ECN mark), every `NotBefore` time, the rate
+//! changes in between and the final counters go into one FNV-1a digest, which is compared
+//! with the value pinned below. The property tests check invariants; this test checks that
+//! nothing at all moved: which packet leaves when, which one is dropped, which one is marked.
+//!
+//! When a change is meant to alter behaviour (a bug fix, a deliberate deviation from Linux),
+//! the digest changes with it: run `GOLDEN_TRACE_PRINT=1 cargo test -p qdisc --test
+//! golden_trace -- --nocapture`, check that the change explains it, and pin the new value
+//! in the same commit. For an A/B check of an optimisation, `GOLDEN_TRACE_CONFIGS=300` runs
+//! more configurations (build with `--release`; the printed digest is what to compare).
+
+use qdisc::cake::{AckFilterMode, Cake, CakeConfig, DiffservMode, FlowMode};
+use qdisc::testing::udp_meta;
+use qdisc::{Dequeue, DropReason, Packet, PacketMeta, Qdisc, Rate, TcpAckInfo};
+
+/// The digest of the default run (`CONFIGS` configurations).
+const PINNED: u64 = 0x73f80da4c767ef4a;
+
+/// Configurations in the default run: enough to reach every mode, small enough for a debug
+/// build.
+const CONFIGS: u64 = 64;
+
+/// A packet that remembers who it is and whether it was marked.
+#[derive(Debug)]
+struct Traced {
+    id: u64,
+    len: u32,
+    ect: bool,
+    ce: bool,
+    ack: Option<TcpAckInfo>,
+}
+
+impl Packet for Traced {
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    fn set_ce(&mut self) -> bool {
+        if self.ect {
+            self.ce = true;
+        }
+        self.ect
+    }
+
+    fn tcp_ack_info(&self) -> Option<TcpAckInfo> {
+        self.ack
+    }
+}
+
+/// FNV-1a over 64-bit words: stable across Rust releases, unlike `DefaultHasher`.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn word(&mut self, v: u64) {
+        for b in v.to_le_bytes() {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// xorshift64: the workload's only source of randomness.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+}
+
+fn reason_code(r: Option<DropReason>) -> u64 {
+    match r {
+        None => 0,
+        Some(r) => 1 + r as u64,
+    }
+}
+
+fn random_config(r: &mut Rng) -> CakeConfig {
+    const DIFFSERV: [DiffservMode; 5] = [
+        DiffservMode::Besteffort,
+        DiffservMode::Diffserv3,
+        DiffservMode::Diffserv4,
+        DiffservMode::Diffserv8,
+        DiffservMode::Precedence,
+    ];
+    const FLOWS: [FlowMode; 8] = [
+        FlowMode::Flowblind,
+        FlowMode::Srchost,
+        FlowMode::Dsthost,
+        FlowMode::Hosts,
+        FlowMode::Flows,
+        FlowMode::DualSrchost,
+        FlowMode::DualDsthost,
+        FlowMode::TripleIsolate,
+    ];
+    let mut c = CakeConfig {
+        diffserv: DIFFSERV[r.below(5) as usize],
+        flow_mode: FLOWS[r.below(8) as usize],
+        ..CakeConfig::default()
+    };
+    c.rate = if r.one_in(3) {
+        Rate::UNLIMITED
+    } else {
+        Rate::from_bits_per_sec(1_000_000 + r.below(10_000_000_000))
+    };
+    c.ingress = r.one_in(4);
+    c.wash = r.one_in(4);
+    c.nat = r.one_in(4);
+    if r.one_in(3) {
+        c.overhead = r.below(60) as i32 - 10;
+    }
+    if r.one_in(4) {
+        c.packet_limit = 50 + r.below(2000) as u32;
+    }
+    if r.one_in(4) {
+        c.memlimit = Some(20_000 + r.below(2_000_000));
+    }
+    c.ack_filter = match r.below(6) {
+        0 => AckFilterMode::Filter,
+        1 => AckFilterMode::Aggressive,
+        _ => AckFilterMode::Off,
+    };
+    c
+}
+
+/// Runs configuration `seed` and returns its digest.
+fn run_one(seed: u64) -> u64 {
+    let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let cfg = random_config(&mut r);
+    let mut h = Fnv::new();
+    let mut q: Cake<Traced> = match Cake::new(&cfg) {
+        Ok(q) => q,
+        Err(e) => {
+            for b in e.to_string().bytes() {
+                h.word(u64::from(b));
+            }
+            return h.0;
+        }
+    };
+    let cap = if r.one_in(2) { 40 } else { 3000 };
+    let flows = 1 + r.below(cap) as u32;
+    let srcs = 1 + r.below(70) as u32;
+    let dsts = 1 + r.below(20) as u32;
+    const DSCP: [u8; 10] = [0, 0, 0, 8, 46, 10, 26, 34, 1, 48];
+    let metas: Vec<PacketMeta> = (0..flows)
+        .map(|f| {
+            let mut m = udp_meta(
+                f % srcs,
+                f % dsts,
+                f,
+                DSCP[(f as usize * 7 + seed as usize) % 10],
+            );
+            if f % 5 == 0 {
+                m.ecn = 2;
+            }
+            if r.one_in(8) {
+                m.l4_hash = Some(r.next() as u32);
+            }
+            m
+        })
+        .collect();
+    let mut acks = vec![0u32; flows as usize];
+    let mut now = 1_000_000 + r.below(1_000_000);
+    let mut id = 0u64;
+    let steps = 1500 + r.below(2500);
+    let burst = 1 + r.below(40);
+    let long_gaps = r.one_in(3);
+    for _ in 0..steps {
+        now += if long_gaps {
+            r.below(200_000)
+        } else {
+            r.below(3_000)
+        };
+        for _ in 0..r.below(burst + 1) {
+            let f = if r.one_in(3) {
+                r.below(4) as u32 % flows
+            } else {
+                r.below(u64::from(flows)) as u32
+            };
+            let meta = &metas[f as usize];
+            let len = if r.one_in(2) {
+                60 + r.below(100) as u32
+            } else {
+                60 + r.below(1454) as u32
+            };
+            // A third of the flows send pure ACKs, so the ACK filter has work.
+            let ack = (f % 3 == 0).then(|| {
+                acks[f as usize] += 1 + r.below(3000) as u32;
+                TcpAckInfo {
+                    flags: 0x10,
+                    ack_seq: acks[f as usize],
+                    ..TcpAckInfo::default()
+                }
+            });
+            id += 1;
+            let pkt = Traced {
+                id,
+                len,
+                ect: meta.ecn != 0,
+                ce: false,
+                ack,
+            };
+            let e = q.enqueue(now, pkt, meta);
+            h.word(u64::from(e.dropped_packets));
+            h.word(e.dropped_bytes);
+            h.word(reason_code(e.reason));
+        }
+        for _ in 0..r.below(burst + 2) {
+            match q.dequeue(now) {
+                Dequeue::Packet(p) => {
+                    h.word(p.id);
+                    h.word(u64::from(p.ce));
+                }
+                Dequeue::NotBefore(t) => {
+                    h.word(u64::MAX - 1);
+                    h.word(t);
+                    break;
+                }
+                Dequeue::Empty => {
+                    h.word(u64::MAX);
+                    break;
+                }
+            }
+        }
+        if r.one_in(500) && !cfg.rate.is_unlimited() {
+            q.set_rate(Rate::from_bits_per_sec(1_000_000 + r.below(10_000_000_000)));
+        }
+    }
+    let s = q.stats();
+    for t in &s.tins[..s.tin_count] {
+        for v in [
+            t.sent_packets,
+            t.sent_bytes,
+            t.backlog_bytes,
+            t.dropped_packets,
+            t.ecn_marked_packets,
+            t.acks_dropped_packets,
+            t.avg_delay_ns,
+            t.peak_delay_ns,
+            t.base_delay_ns,
+            u64::from(t.sparse_flows),
+            u64::from(t.bulk_flows),
+            u64::from(t.decaying_flows),
+        ] {
+            h.word(v);
+        }
+    }
+    for v in s.drops.iter().chain(&s.drop_bytes) {
+        h.word(*v);
+    }
+    h.word(s.overlimits);
+    let (tin, flow) = q.cursors();
+    h.word(tin as u64);
+    h.word(flow as u64);
+    h.word(q.len() as u64);
+    h.word(q.backlog_bytes());
+    assert_eq!(q.check_invariants(), Ok(()), "configuration {seed}");
+    h.0
+}
+
+fn digest(configs: u64) -> u64 {
+    let mut h = Fnv::new();
+    for seed in 0..configs {
+        h.word(run_one(seed));
+    }
+    h.0
+}
+
+#[test]
+fn cake_behaves_exactly_as_pinned() {
+    let configs = std::env::var("GOLDEN_TRACE_CONFIGS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CONFIGS);
+    let d = digest(configs);
+    if std::env::var_os("GOLDEN_TRACE_PRINT").is_some() || configs != CONFIGS {
+        println!("golden trace: {configs} configurations, digest {d:#018x}");
+    }
+    if configs == CONFIGS {
+        assert_eq!(
+            d, PINNED,
+            "CAKE's exact behaviour changed (digest {d:#018x}, pinned {PINNED:#018x}); if \
+             the change is meant to alter behaviour, pin the new digest (see the module docs)"
+        );
+    }
+}
+
+#[test]
+fn the_digest_tells_configurations_apart_and_repeats_itself() {
+    assert_ne!(run_one(0), run_one(1));
+    assert_eq!(run_one(2), run_one(2));
+}

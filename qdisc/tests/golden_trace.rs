@@ -16,8 +16,8 @@
 //! more configurations (build with `--release`; the printed digest is what to compare).
 
 use qdisc::cake::{AckFilterMode, Cake, CakeConfig, DiffservMode, FlowMode};
-use qdisc::testing::udp_meta;
-use qdisc::{Dequeue, DropReason, Packet, PacketMeta, Qdisc, Rate, TcpAckInfo};
+use qdisc::testing::{udp_meta, TestPacket};
+use qdisc::{Dequeue, DropReason, PacketMeta, Qdisc, Rate, TcpAckInfo};
 
 /// The digest of the default run (`CONFIGS` configurations).
 const PINNED: u64 = 0x73f80da4c767ef4a;
@@ -25,33 +25,6 @@ const PINNED: u64 = 0x73f80da4c767ef4a;
 /// Configurations in the default run: enough to reach every mode, small enough for a debug
 /// build.
 const CONFIGS: u64 = 64;
-
-/// A packet that remembers who it is and whether it was marked.
-#[derive(Debug)]
-struct Traced {
-    id: u64,
-    len: u32,
-    ect: bool,
-    ce: bool,
-    ack: Option<TcpAckInfo>,
-}
-
-impl Packet for Traced {
-    fn len(&self) -> usize {
-        self.len as usize
-    }
-
-    fn set_ce(&mut self) -> bool {
-        if self.ect {
-            self.ce = true;
-        }
-        self.ect
-    }
-
-    fn tcp_ack_info(&self) -> Option<TcpAckInfo> {
-        self.ack
-    }
-}
 
 /// FNV-1a over 64-bit words: stable across Rust releases, unlike `DefaultHasher`.
 struct Fnv(u64);
@@ -97,26 +70,9 @@ fn reason_code(r: Option<DropReason>) -> u64 {
 }
 
 fn random_config(r: &mut Rng) -> CakeConfig {
-    const DIFFSERV: [DiffservMode; 5] = [
-        DiffservMode::Besteffort,
-        DiffservMode::Diffserv3,
-        DiffservMode::Diffserv4,
-        DiffservMode::Diffserv8,
-        DiffservMode::Precedence,
-    ];
-    const FLOWS: [FlowMode; 8] = [
-        FlowMode::Flowblind,
-        FlowMode::Srchost,
-        FlowMode::Dsthost,
-        FlowMode::Hosts,
-        FlowMode::Flows,
-        FlowMode::DualSrchost,
-        FlowMode::DualDsthost,
-        FlowMode::TripleIsolate,
-    ];
     let mut c = CakeConfig {
-        diffserv: DIFFSERV[r.below(5) as usize],
-        flow_mode: FLOWS[r.below(8) as usize],
+        diffserv: DiffservMode::ALL[r.below(5) as usize],
+        flow_mode: FlowMode::ALL[r.below(8) as usize],
         ..CakeConfig::default()
     };
     c.rate = if r.one_in(3) {
@@ -149,7 +105,7 @@ fn run_one(seed: u64) -> u64 {
     let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let cfg = random_config(&mut r);
     let mut h = Fnv::new();
-    let mut q: Cake<Traced> = match Cake::new(&cfg) {
+    let mut q: Cake<TestPacket> = match Cake::new(&cfg) {
         Ok(q) => q,
         Err(e) => {
             for b in e.to_string().bytes() {
@@ -214,12 +170,10 @@ fn run_one(seed: u64) -> u64 {
                 }
             });
             id += 1;
-            let pkt = Traced {
-                id,
-                len,
+            let pkt = TestPacket {
                 ect: meta.ecn != 0,
-                ce: false,
                 ack,
+                ..TestPacket::new(len as usize, f, id)
             };
             let e = q.enqueue(now, pkt, meta);
             h.word(u64::from(e.dropped_packets));
@@ -229,7 +183,7 @@ fn run_one(seed: u64) -> u64 {
         for _ in 0..r.below(burst + 2) {
             match q.dequeue(now) {
                 Dequeue::Packet(p) => {
-                    h.word(p.id);
+                    h.word(p.seq);
                     h.word(u64::from(p.ce));
                 }
                 Dequeue::NotBefore(t) => {

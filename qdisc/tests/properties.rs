@@ -66,23 +66,8 @@ fn op(modes: bool) -> impl Strategy<Value = Op> {
     }
 }
 
-const DIFFSERV: [DiffservMode; 5] = [
-    DiffservMode::Besteffort,
-    DiffservMode::Diffserv3,
-    DiffservMode::Diffserv4,
-    DiffservMode::Diffserv8,
-    DiffservMode::Precedence,
-];
-const FLOW_MODES: [FlowMode; 8] = [
-    FlowMode::Flowblind,
-    FlowMode::Srchost,
-    FlowMode::Dsthost,
-    FlowMode::Hosts,
-    FlowMode::Flows,
-    FlowMode::DualSrchost,
-    FlowMode::DualDsthost,
-    FlowMode::TripleIsolate,
-];
+const DIFFSERV: [DiffservMode; 5] = DiffservMode::ALL;
+const FLOW_MODES: [FlowMode; 8] = FlowMode::ALL;
 
 /// Applies `ops` and checks, after every step, the instance's own invariants and, at the
 /// end (after draining), conservation: packets and bytes in = out + dropped, every packet

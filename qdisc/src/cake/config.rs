@@ -19,6 +19,17 @@ pub enum DiffservMode {
     Precedence,
 }
 
+impl DiffservMode {
+    /// Every mode, in the order above.
+    pub const ALL: [DiffservMode; 5] = [
+        DiffservMode::Besteffort,
+        DiffservMode::Diffserv3,
+        DiffservMode::Diffserv4,
+        DiffservMode::Diffserv8,
+        DiffservMode::Precedence,
+    ];
+}
+
 /// Flow isolation mode (cake-spec.md §2). The discriminants are the kernel's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum FlowMode {
@@ -39,6 +50,20 @@ pub enum FlowMode {
     /// Flows, with fairness between source and destination hosts. The default.
     #[default]
     TripleIsolate = 7,
+}
+
+impl FlowMode {
+    /// Every mode, in the kernel's order (`ALL[m as usize] == m`).
+    pub const ALL: [FlowMode; 8] = [
+        FlowMode::Flowblind,
+        FlowMode::Srchost,
+        FlowMode::Dsthost,
+        FlowMode::Hosts,
+        FlowMode::Flows,
+        FlowMode::DualSrchost,
+        FlowMode::DualDsthost,
+        FlowMode::TripleIsolate,
+    ];
 }
 
 /// Link-layer cell framing compensation.
@@ -517,6 +542,13 @@ impl RttPreset {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_flow_mode_sits_at_its_kernel_value_in_all() {
+        for (i, m) in FlowMode::ALL.into_iter().enumerate() {
+            assert_eq!(m as usize, i);
+        }
+    }
 
     #[test]
     fn default_config_is_valid() {

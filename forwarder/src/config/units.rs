@@ -189,7 +189,9 @@ pub fn parse_rate(s: &str) -> Result<Rate, UnitError> {
         });
     };
     let bytes = (number * scale / 8.0).round();
-    if bytes >= u64::MAX as f64 {
+    // Rates are reported and written back in bit/s, so the bit rate must fit in 64 bits too
+    // (about 18 Ebit/s, far above any link).
+    if bytes >= (u64::MAX / 8) as f64 {
         return Err(UnitError::TooLarge {
             kind: "rate",
             value: s.to_string(),
@@ -335,6 +337,16 @@ mod tests {
 
     fn bits(s: &str) -> u64 {
         parse_rate(s).unwrap().bits_per_sec()
+    }
+
+    #[test]
+    fn a_rate_whose_bits_do_not_fit_in_64_bits_is_too_large() {
+        // Found by fuzzing config_parse: 51 Ebit/s fitted in bytes/s but came back from the
+        // written config as 18.4 Ebit/s.
+        let e = parse_rate("50999999999999mbit").unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
+        let top = parse_rate("18000000tbit").unwrap();
+        assert_eq!(parse_rate(&format_rate(top)).unwrap(), top);
     }
 
     #[test]

@@ -271,7 +271,8 @@ fn cake_config(b: &mut Bytes) -> Option<qdisc::cake::CakeConfig> {
     Some(c)
 }
 
-/// Packet metadata from the fuzzer's bytes: any value in every field.
+/// Packet metadata from the fuzzer's bytes: any DSCP, ECN, mark, L2 length, GSO count and NIC
+/// hash; addresses and ports come from a small set so that flows and hosts repeat.
 fn packet_meta(b: &mut Bytes) -> qdisc::PacketMeta {
     let mut m = qdisc::PacketMeta::default();
     m.keys.l3 = match b.u8() % 3 {

@@ -6,6 +6,9 @@
 //! packet; shaped runs (10 Gbit/s) advance it by exactly one packet's serialization time,
 //! so the shaper lets one packet out per iteration.
 //!
+//! The `drr_floor` rows run `qdisc::testing::DrrFloor`, which keeps only CAKE's DRR++
+//! skeleton, on the goal row's workload: they price what CAKE adds on top in the same run.
+//!
 //! Run: `cargo bench -p qdisc --bench cake -- --warm-up-time 1 --measurement-time 2`
 
 use std::hint::black_box;
@@ -13,7 +16,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use qdisc::cake::{Cake, CakeConfig, DiffservMode, FlowMode};
 use qdisc::fifo::Fifo;
-use qdisc::testing::udp_meta;
+use qdisc::testing::{udp_meta, DrrFloor};
 use qdisc::{Dequeue, Packet, PacketMeta, Qdisc, Rate};
 
 /// A packet as small as a DPDK mbuf pointer: just a length.
@@ -164,6 +167,16 @@ fn benches(c: &mut Criterion) {
             ))
             .unwrap();
             run_sized(c, "cake_diffserv3_triple_64B", flows, false, q, &ds, 64);
+            run(
+                c,
+                "drr_floor_diffserv3",
+                flows,
+                false,
+                DrrFloor::new(20_000),
+                &ds,
+            );
+            let floor = DrrFloor::new(20_000);
+            run_sized(c, "drr_floor_diffserv3_64B", flows, false, floor, &ds, 64);
         }
     }
 }

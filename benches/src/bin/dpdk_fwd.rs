@@ -18,6 +18,8 @@
 //! * `cake` / `cake+bypass`: the same with CAKE (diffserv3, triple-isolate), unlimited rate;
 //! * `cake shaped`: CAKE shaped to 90 % of a calibration `cake` run (bits of frame length),
 //!   also reporting delivered/configured;
+//! * `drr floor`: the `cake` row's path with `qdisc::testing::DrrFloor` (CAKE's DRR++ skeleton
+//!   and nothing else) in place of CAKE: the best ratio any CAKE could reach on this path;
 //! * `engine ...`: the forwarder's engine itself, one pinned worker, on fresh vdev pairs, with
 //!   the queues `cakewalk run` builds (`app::build_queues`).
 //!
@@ -67,6 +69,7 @@ mod imp {
     use qdisc::cake::{Cake, CakeConfig};
     use qdisc::fifo::{Fifo, FifoConfig};
     use qdisc::mq::{MqQdisc, MultiQueue, TxQueueOptions};
+    use qdisc::testing::DrrFloor;
     use qdisc::Rate;
 
     const BURST: usize = 32;
@@ -103,7 +106,7 @@ mod imp {
         /// The BENCHMARKS.md that `--write` updates (default: the workspace's).
         #[arg(long)]
         benchmarks: Option<PathBuf>,
-        /// Run only this row once (bare, parse, fifo+bypass, fifo, cake, cake+bypass,
+        /// Run only this row once (bare, parse, fifo+bypass, fifo, cake, cake+bypass, floor,
         /// engine-fifo+bypass, engine-cake), e.g. under `perf record`.
         #[arg(long)]
         only: Option<String>,
@@ -130,6 +133,8 @@ mod imp {
             bypass: bool,
             rate: Option<Rate>,
         },
+        /// The `cake` row with `DrrFloor` in CAKE's place.
+        Floor,
     }
 
     struct Ports {
@@ -143,6 +148,7 @@ mod imp {
         None,
         Fifo(MultiQueue<Mbuf, Fifo<Mbuf>>),
         Cake(MultiQueue<Mbuf, Cake<Mbuf>>),
+        Floor(MultiQueue<Mbuf, DrrFloor<Mbuf>>),
     }
 
     impl Shaping {
@@ -170,6 +176,18 @@ mod imp {
                         ..CakeConfig::default()
                     },
                 )?),
+                Kind::Floor => Shaping::Floor(
+                    MultiQueue::from_config(
+                        queues,
+                        TxQueueOptions {
+                            bypass: false,
+                            ..TxQueueOptions::default()
+                        },
+                        // As many packet slots as CAKE's default packet limit.
+                        &(CakeConfig::default().packet_limit as usize),
+                    )
+                    .unwrap_or_else(|never| match never {}),
+                ),
             })
         }
 
@@ -179,6 +197,7 @@ mod imp {
                 Shaping::None => bare(ports, seconds, kind == Kind::Parse),
                 Shaping::Fifo(mq) => through_queue(ports, mq.queue(queue), seconds),
                 Shaping::Cake(mq) => through_queue(ports, mq.queue(queue), seconds),
+                Shaping::Floor(mq) => through_queue(ports, mq.queue(queue), seconds),
             }
         }
     }
@@ -434,7 +453,7 @@ mod imp {
                 }),
                 bypass,
             ),
-            Kind::Bare | Kind::Parse => bail!("engine rows are fifo or cake"),
+            Kind::Bare | Kind::Parse | Kind::Floor => bail!("engine rows are fifo or cake"),
         };
         let (shapers, _targets) = build_queues::<Mbuf>(
             &choice,
@@ -704,7 +723,8 @@ mod imp {
                 "fifo" => Kind::Fifo { bypass: false },
                 "cake" => Kind::Cake { bypass: false, rate: None },
                 "cake+bypass" => Kind::Cake { bypass: true, rate: None },
-                other => bail!("--only '{other}' is not a row; try bare, parse, fifo+bypass, fifo, cake, cake+bypass, engine-fifo+bypass or engine-cake"),
+                "floor" => Kind::Floor,
+                other => bail!("--only '{other}' is not a row; try bare, parse, fifo+bypass, fifo, cake, cake+bypass, floor, engine-fifo+bypass or engine-cake"),
             };
             let c = measure(ports, kind, args.seconds)?;
             println!(
@@ -755,6 +775,7 @@ mod imp {
                     rate: Some(rate),
                 },
             ),
+            ("drr floor".into(), Kind::Floor),
         ];
         // Each row (but the first) is paired with a bare run right before it, and its ratio
         // to bare is the median of those pairs: load from other processes on this shared

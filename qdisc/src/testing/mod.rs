@@ -3,6 +3,11 @@
 //! conservation and per-flow order, and [`Harness`], a virtual-time driver that feeds
 //! constant-rate [`Source`]s into any [`Qdisc`] and records what comes out, stepping the
 //! clock straight to the next arrival or shaper wake-up (quinn's `Pair`, sans-I/O).
+//! [`DrrFloor`] is the benchmarks' floor under CAKE.
+
+mod floor;
+
+pub use floor::DrrFloor;
 
 use hdrhistogram::Histogram;
 

@@ -167,6 +167,14 @@ fn benches(c: &mut Criterion) {
             ))
             .unwrap();
             run_sized(c, "cake_diffserv3_triple_64B", flows, false, q, &ds, 64);
+            // The goal row without host fairness: what triple-isolate costs, side by side.
+            let q = Cake::new(&cake_config(
+                DiffservMode::Diffserv3,
+                FlowMode::Flows,
+                false,
+            ))
+            .unwrap();
+            run(c, "cake_diffserv3_flows", flows, false, q, &ds);
             run(
                 c,
                 "drr_floor_diffserv3",

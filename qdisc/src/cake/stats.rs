@@ -236,17 +236,27 @@ impl CakeStats {
 
     #[inline]
     pub(crate) fn track_lengths(&mut self, netlen: u32, adjlen: u32, l2_len: u32) {
-        self.min_netlen = self.min_netlen.min(netlen);
-        self.max_netlen = self.max_netlen.max(netlen);
-        self.min_adjlen = self.min_adjlen.min(adjlen);
-        self.max_adjlen = self.max_adjlen.max(adjlen);
-        // EWMA with shift 8 in 16.16 fixed point, as the kernel keeps avg_netoff.
-        self.avg_netoff_fp = ewma(
-            u64::from(self.avg_netoff_fp),
-            u64::from(l2_len.min(0xffff)) << 16,
-            8,
-        ) as u32;
-        self.avg_netoff = self.avg_netoff_fp >> 16;
+        // Compare before storing: on a steady packet mix none of these change, and the
+        // packet path then writes nothing here.
+        if netlen < self.min_netlen {
+            self.min_netlen = netlen;
+        }
+        if netlen > self.max_netlen {
+            self.max_netlen = netlen;
+        }
+        if adjlen < self.min_adjlen {
+            self.min_adjlen = adjlen;
+        }
+        if adjlen > self.max_adjlen {
+            self.max_adjlen = adjlen;
+        }
+        // EWMA with shift 8 in 16.16 fixed point, as the kernel keeps avg_netoff. At its
+        // fixed point (the average equals the sample) the EWMA returns its input.
+        let sample = u64::from(l2_len.min(0xffff)) << 16;
+        if u64::from(self.avg_netoff_fp) != sample {
+            self.avg_netoff_fp = ewma(u64::from(self.avg_netoff_fp), sample, 8) as u32;
+            self.avg_netoff = self.avg_netoff_fp >> 16;
+        }
     }
 }
 

@@ -755,6 +755,12 @@ mod imp {
         let to_rate = |pps: f64| Rate::from_bits_per_sec((pps * args.frame as f64 * 8.0) as u64);
         let mut target_pps = unshaped.mpps() * 1e6 * 0.9;
         for _ in 0..4 {
+            // A rate of 0 would mean "unlimited": never let the shaped row silently become one.
+            if target_pps < 1000.0 {
+                bail!(
+                    "CAKE carried {target_pps:.0} packets/s in calibration; is the TX port sending?"
+                );
+            }
             let kind = Kind::Cake {
                 bypass: false,
                 rate: Some(to_rate(target_pps)),
@@ -769,6 +775,9 @@ mod imp {
                 break;
             }
             target_pps = 0.9 * delivered;
+        }
+        if target_pps < 1000.0 {
+            bail!("CAKE carried {target_pps:.0} packets/s in calibration; is the TX port sending?");
         }
         let rate = to_rate(target_pps);
         let rows: Vec<(String, Kind)> = vec![

@@ -225,7 +225,11 @@ mod imp {
     struct Counts {
         rx: u64,
         tx: u64,
+        /// Every drop: the TX port's refusals, the intake's and the qdisc's (at enqueue and
+        /// by its AQM at dequeue).
         dropped: u64,
+        /// Still in the queue at the end (freed with it).
+        queued: u64,
         ns: u64,
     }
 
@@ -369,7 +373,7 @@ mod imp {
             // The whole burst under one runner-lock round trip, as the engine offers it with
             // one TX queue: each frame is parsed (`parse_into`, in place) only if the queue
             // needs its meta, and a burst that bypasses lands in `txb` without being moved.
-            let outcome = q.enqueue_burst_into(
+            let _intake = q.enqueue_burst_into(
                 now,
                 &mut rxb,
                 &mut metas,
@@ -379,7 +383,6 @@ mod imp {
                 },
                 &mut txb,
             );
-            c.dropped += outcome.dropped as u64;
             let mut sent = 0u64;
             // As the engine: a queue with nothing to drain, dequeue or sync is not run.
             if q.run_wanted(now) {
@@ -392,7 +395,10 @@ mod imp {
             c.dropped += txb.len() as u64;
             txb.clear();
         }
-        // Packets the shaper still holds are freed when the caller drops `mq`.
+        // Drops counted by the queue itself (intake, qdisc enqueue and dequeue), so that
+        // rx = tx + dropped + queued. Packets still held are freed when the caller drops `mq`.
+        c.dropped += q.stats().total_drops();
+        c.queued = q.backlog() as u64;
         c
     }
 
@@ -824,11 +830,12 @@ mod imp {
                 };
                 let c = measure(ports, *kind, args.seconds)?;
                 eprintln!(
-                    "rep {rep} {name:<22} {:>7.2} Mpps (rx {} tx {} dropped {}; paired bare {bare:.2?})",
+                    "rep {rep} {name:<22} {:>7.2} Mpps (rx {} tx {} dropped {} queued {}; paired bare {bare:.2?})",
                     c.mpps(),
                     c.rx,
                     c.tx,
-                    c.dropped
+                    c.dropped,
+                    c.queued
                 );
                 mpps[i].push(c.mpps());
                 ratio[i].push(bare.map_or(1.0, |b| c.mpps() / b));

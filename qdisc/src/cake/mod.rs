@@ -1386,6 +1386,11 @@ impl<P: Packet> Cake<P> {
                 } else if lists[usize::from(DECAY)].head != NIL16 {
                     DECAY
                 } else {
+                    // Only reachable when the tin's counts and lists disagree: count it.
+                    budget -= 1;
+                    if budget == 0 {
+                        return Dequeue::Empty;
+                    }
                     continue 'begin;
                 };
                 let fid = usize::from(lists[usize::from(which)].head);

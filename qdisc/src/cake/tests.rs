@@ -791,3 +791,18 @@ fn ack_filter_keeps_the_overflow_heap_valid() {
     assert!(c.stats().dropped(DropReason::AckFilter) > 0);
     assert!(c.stats().dropped(DropReason::Overflow) > 0);
 }
+
+#[test]
+fn dequeue_returns_even_when_counts_and_lists_disagree() {
+    // Only a bug could make a tin's flow counts claim flows that its lists do not hold;
+    // the visit budget must still end the dequeue instead of hanging the caller.
+    for diffserv in [DiffservMode::Besteffort, DiffservMode::Diffserv3] {
+        let mut c = unlimited(FlowMode::TripleIsolate, diffserv);
+        c.enqueue(0, pkt(1000, 1, 0), &udp_meta(1, 2, 3, 0));
+        let t = c.select_tin(&udp_meta(1, 2, 3, 0));
+        c.tins[t].lists = [List::default(); 3];
+        c.stats.tins[t].sparse_flows = 1;
+        assert!(matches!(c.dequeue(1), Dequeue::Empty));
+        assert!(matches!(c.dequeue(2), Dequeue::Empty));
+    }
+}

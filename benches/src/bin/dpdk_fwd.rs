@@ -16,8 +16,8 @@
 //!   with and without the enqueue bypass; frames are parsed only when the queue needs their
 //!   meta (queued, or CAKE), so a burst that bypasses the idle FIFO is never parsed;
 //! * `cake` / `cake+bypass`: the same with CAKE (diffserv3, triple-isolate), unlimited rate;
-//! * `cake shaped`: CAKE shaped to 90 % of a calibration `cake` run (bits of frame length),
-//!   also reporting delivered/configured;
+//! * `cake shaped`: CAKE shaped to 90 % of what shaped CAKE carried in calibration runs
+//!   (bits of frame length), also reporting delivered/configured;
 //! * `drr floor`: the `cake` row's path with `qdisc::testing::DrrFloor` (CAKE's DRR++ skeleton
 //!   and nothing else) in place of CAKE: the best ratio any CAKE could reach on this path;
 //! * `engine ...`: the forwarder's engine itself, one pinned worker, on fresh vdev pairs, with
@@ -373,7 +373,8 @@ mod imp {
             // The whole burst under one runner-lock round trip, as the engine offers it with
             // one TX queue: each frame is parsed (`parse_into`, in place) only if the queue
             // needs its meta, and a burst that bypasses lands in `txb` without being moved.
-            let _intake = q.enqueue_burst_into(
+            // Its drops are in the queue's stats, read at the end.
+            let _ = q.enqueue_burst_into(
                 now,
                 &mut rxb,
                 &mut metas,

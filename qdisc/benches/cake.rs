@@ -6,12 +6,16 @@
 //! packet; shaped runs (10 Gbit/s) advance it by exactly one packet's serialization time,
 //! so the shaper lets one packet out per iteration.
 //!
+//! The `_burst32` rows drive the goal configuration the way the forwarder's TX queues do:
+//! 32 enqueues (an RX burst), then 32 dequeues (a TX burst). They report ns per packet.
+//!
 //! The `drr_floor` rows run `qdisc::testing::DrrFloor`, which keeps only CAKE's DRR++
 //! skeleton, on the goal row's workload: they price what CAKE adds on top in the same run.
 //!
 //! Run: `cargo bench -p qdisc --bench cake -- --warm-up-time 1 --measurement-time 2`
 
 use std::hint::black_box;
+use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use qdisc::cake::{Cake, CakeConfig, DiffservMode, FlowMode};
@@ -106,6 +110,51 @@ fn run_sized<Q: Qdisc<BenchPacket>>(
     group.finish();
 }
 
+/// [`run_sized`] in the forwarder's pattern: each step enqueues `BURST` packets, then
+/// dequeues `BURST`; the time reported is per packet.
+// The harness times whole bursts itself to report per packet; the qdisc still never reads
+// a clock.
+#[allow(clippy::disallowed_methods)]
+fn run_burst<Q: Qdisc<BenchPacket>>(
+    c: &mut Criterion,
+    name: &str,
+    mut q: Q,
+    metas: &[PacketMeta],
+    len: u32,
+) {
+    const BURST: usize = 32;
+    let mut now = 1_000_000u64;
+    for m in metas {
+        q.enqueue(now, BenchPacket(len), m);
+    }
+    let mut i = 0usize;
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Elements(1));
+    let id = BenchmarkId::new("unlimited", metas.len());
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            // Whole bursts, at least one, covering `iters` packets.
+            for _ in 0..iters.div_ceil(BURST as u64) {
+                for _ in 0..BURST {
+                    now += 100;
+                    q.enqueue(now, BenchPacket(len), &metas[i]);
+                    i += 1;
+                    if i == metas.len() {
+                        i = 0;
+                    }
+                }
+                for _ in 0..BURST {
+                    black_box(q.dequeue(now));
+                }
+            }
+            let packets = iters.div_ceil(BURST as u64) * BURST as u64;
+            start.elapsed().mul_f64(iters as f64 / packets as f64)
+        })
+    });
+    group.finish();
+}
+
 fn cake_config(diffserv: DiffservMode, flow_mode: FlowMode, shaped: bool) -> CakeConfig {
     CakeConfig {
         rate: if shaped { SHAPED } else { Rate::UNLIMITED },
@@ -167,6 +216,19 @@ fn benches(c: &mut Criterion) {
             ))
             .unwrap();
             run_sized(c, "cake_diffserv3_triple_64B", flows, false, q, &ds, 64);
+            // The goal configuration as the forwarder drives it: bursts of 32.
+            for (name, len) in [
+                ("cake_diffserv3_triple_burst32", LEN),
+                ("cake_diffserv3_triple_64B_burst32", 64),
+            ] {
+                let q = Cake::new(&cake_config(
+                    DiffservMode::Diffserv3,
+                    FlowMode::TripleIsolate,
+                    false,
+                ))
+                .unwrap();
+                run_burst(c, name, q, &ds, len);
+            }
             // The goal row without host fairness: what triple-isolate costs, side by side.
             let q = Cake::new(&cake_config(
                 DiffservMode::Diffserv3,

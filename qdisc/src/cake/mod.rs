@@ -926,6 +926,43 @@ impl<P: Packet> Cake<P> {
         self.list_push_tail(fid, which);
     }
 
+    /// [`Cake::list_move_tail`] for a flow known to head its list, as every flow a dequeue
+    /// visits does: the unlink needs no `prev` and the flow's list is known.
+    #[inline(always)]
+    fn list_move_head_to_tail(&mut self, fid: usize, from: u8, to: u8) {
+        let tin = fid / FLOWS_PER_TIN;
+        debug_assert_eq!(self.flows[fid].list, from);
+        debug_assert_eq!(
+            usize::from(self.tins[tin].lists[usize::from(from)].head),
+            fid
+        );
+        let next = self.links[fid].next;
+        if from == to && next == NIL16 {
+            // The only flow of the list already is its tail.
+            return;
+        }
+        let lists = &mut self.tins[tin].lists;
+        lists[usize::from(from)].head = next;
+        if next == NIL16 {
+            lists[usize::from(from)].tail = NIL16;
+        } else {
+            self.links[usize::from(next)].prev = NIL16;
+        }
+        let list = &mut lists[usize::from(to)];
+        let old_tail = list.tail;
+        if old_tail == NIL16 {
+            list.head = fid as u16;
+        } else {
+            self.links[usize::from(old_tail)].next = fid as u16;
+        }
+        list.tail = fid as u16;
+        self.links[fid] = Link {
+            next: NIL16,
+            prev: old_tail,
+        };
+        self.flows[fid].list = to;
+    }
+
     // ---- packet slab -----------------------------------------------------------------
 
     #[inline]
@@ -1375,16 +1412,24 @@ impl<P: Packet> Cake<P> {
             let t = self.cur_tin;
             // Serve this tin.
             'serve: loop {
-                let lists = self.tins[t].lists;
-                let decay_first = first_flow && lists[usize::from(DECAY)].head != NIL16;
-                let which = if decay_first {
-                    DECAY
-                } else if lists[usize::from(NEW)].head != NIL16 {
-                    NEW
-                } else if lists[usize::from(OLD)].head != NIL16 {
-                    OLD
-                } else if lists[usize::from(DECAY)].head != NIL16 {
-                    DECAY
+                // The heads one by one, never the lists as a whole: list moves store single
+                // 16-bit fields, and one wide load over several fresh narrow stores cannot be
+                // forwarded from the store buffer (a stall of tens of cycles per visit).
+                let lists = &self.tins[t].lists;
+                let (new_head, old_head, decay_head) = (
+                    lists[usize::from(NEW)].head,
+                    lists[usize::from(OLD)].head,
+                    lists[usize::from(DECAY)].head,
+                );
+                let decay_first = first_flow && decay_head != NIL16;
+                let (which, head) = if decay_first {
+                    (DECAY, decay_head)
+                } else if new_head != NIL16 {
+                    (NEW, new_head)
+                } else if old_head != NIL16 {
+                    (OLD, old_head)
+                } else if decay_head != NIL16 {
+                    (DECAY, decay_head)
                 } else {
                     // Only reachable when the tin's counts and lists disagree: count it.
                     budget -= 1;
@@ -1393,7 +1438,7 @@ impl<P: Packet> Cake<P> {
                     }
                     continue 'begin;
                 };
-                let fid = usize::from(lists[usize::from(which)].head);
+                let fid = usize::from(head);
                 first_flow = false;
                 // Only the first visit may skip, so this cannot repeat.
                 if decay_first && self.decay_visit_is_idle(fid, now) {
@@ -1422,7 +1467,7 @@ impl<P: Packet> Cake<P> {
                     let q = self.flow_quantum(fid, dither);
                     let f = &mut self.flows[fid];
                     f.deficit = f.deficit.saturating_add(q);
-                    self.list_move_tail(fid, OLD);
+                    self.list_move_head_to_tail(fid, which, OLD);
                     budget -= 1;
                     if budget == 0 {
                         return Dequeue::Empty;
@@ -1433,7 +1478,7 @@ impl<P: Packet> Cake<P> {
                 // Retrieve a packet via the AQM.
                 loop {
                     let Some(s) = self.dequeue_one() else {
-                        self.flow_went_empty(t, fid, now);
+                        self.flow_went_empty(t, fid, which, now);
                         budget -= 1;
                         if budget == 0 {
                             return Dequeue::Empty;
@@ -1550,15 +1595,15 @@ impl<P: Packet> Cake<P> {
             && now < f.cv.drop_next
     }
 
-    /// A flow was found empty at dequeue: decay it or retire it.
-    fn flow_went_empty(&mut self, t: usize, fid: usize, now: u64) {
+    /// A flow was found empty at dequeue, at the head of list `which`: decay it or retire it.
+    fn flow_went_empty(&mut self, t: usize, fid: usize, which: u8, now: u64) {
         if self.flows[fid].cv.queue_empty(&self.tins[t].cparams, now) {
             let st = &mut self.stats.tins[t];
             st.unresponsive_flows = st.unresponsive_flows.saturating_sub(1);
         }
         let set = self.flows[fid].set;
         if self.flows[fid].cv.is_decaying(now) {
-            self.list_move_tail(fid, DECAY);
+            self.list_move_head_to_tail(fid, which, DECAY);
             if set == SET_BULK {
                 self.stats.tins[t].bulk_flows -= 1;
                 self.dec_host_bulk(fid);

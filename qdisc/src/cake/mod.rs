@@ -941,26 +941,14 @@ impl<P: Packet> Cake<P> {
             // The only flow of the list already is its tail.
             return;
         }
-        let lists = &mut self.tins[tin].lists;
-        lists[usize::from(from)].head = next;
+        let list = &mut self.tins[tin].lists[usize::from(from)];
+        list.head = next;
         if next == NIL16 {
-            lists[usize::from(from)].tail = NIL16;
+            list.tail = NIL16;
         } else {
             self.links[usize::from(next)].prev = NIL16;
         }
-        let list = &mut lists[usize::from(to)];
-        let old_tail = list.tail;
-        if old_tail == NIL16 {
-            list.head = fid as u16;
-        } else {
-            self.links[usize::from(old_tail)].next = fid as u16;
-        }
-        list.tail = fid as u16;
-        self.links[fid] = Link {
-            next: NIL16,
-            prev: old_tail,
-        };
-        self.flows[fid].list = to;
+        self.list_push_tail(fid, to);
     }
 
     // ---- packet slab -----------------------------------------------------------------

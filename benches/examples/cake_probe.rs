@@ -13,20 +13,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use qdisc::cake::{Cake, CakeConfig, DiffservMode, FlowMode};
-use qdisc::testing::udp_meta;
-use qdisc::{Dequeue, Packet, PacketMeta, Qdisc, Rate};
-
-#[derive(Debug)]
-struct BenchPacket(u32);
-
-impl Packet for BenchPacket {
-    fn len(&self) -> usize {
-        self.0 as usize
-    }
-    fn set_ce(&mut self) -> bool {
-        false
-    }
-}
+use qdisc::testing::{udp_meta, LenPacket};
+use qdisc::{Dequeue, PacketMeta, Qdisc, Rate};
 
 fn main() {
     let args: Vec<u64> = std::env::args()
@@ -48,7 +36,7 @@ fn main() {
             udp_meta(f % 64, f % 16, f, dscp)
         })
         .collect();
-    let mut q: Cake<BenchPacket> = Cake::new(&CakeConfig {
+    let mut q: Cake<LenPacket> = Cake::new(&CakeConfig {
         rate: Rate::UNLIMITED,
         diffserv: DiffservMode::Diffserv3,
         flow_mode: FlowMode::TripleIsolate,
@@ -57,7 +45,7 @@ fn main() {
     .unwrap();
     let mut now = 1_000_000u64;
     for m in &metas {
-        q.enqueue(now, BenchPacket(len), m);
+        q.enqueue(now, LenPacket(len), m);
     }
     let mut i = 0usize;
     let mut best = f64::MAX;
@@ -67,7 +55,7 @@ fn main() {
         while n < iters {
             for _ in 0..burst {
                 now += 100;
-                q.enqueue(now, BenchPacket(len), &metas[i]);
+                q.enqueue(now, LenPacket(len), &metas[i]);
                 i += 1;
                 if i == metas.len() {
                     i = 0;

@@ -20,22 +20,8 @@ use std::time::Instant;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use qdisc::cake::{Cake, CakeConfig, DiffservMode, FlowMode};
 use qdisc::fifo::Fifo;
-use qdisc::testing::{udp_meta, DrrFloor};
-use qdisc::{Dequeue, Packet, PacketMeta, Qdisc, Rate};
-
-/// A packet as small as a DPDK mbuf pointer: just a length.
-#[derive(Debug)]
-struct BenchPacket(u32);
-
-impl Packet for BenchPacket {
-    fn len(&self) -> usize {
-        self.0 as usize
-    }
-
-    fn set_ce(&mut self) -> bool {
-        false
-    }
-}
+use qdisc::testing::{udp_meta, DrrFloor, LenPacket};
+use qdisc::{Dequeue, PacketMeta, Qdisc, Rate};
 
 const LEN: u32 = 1000;
 const SHAPED: Rate = Rate::from_bits_per_sec(10_000_000_000);
@@ -54,7 +40,7 @@ fn metas(flows: u32, diffserv: bool) -> Vec<PacketMeta> {
         .collect()
 }
 
-fn run<Q: Qdisc<BenchPacket>>(
+fn run<Q: Qdisc<LenPacket>>(
     c: &mut Criterion,
     name: &str,
     flows: u32,
@@ -66,7 +52,7 @@ fn run<Q: Qdisc<BenchPacket>>(
 }
 
 /// [`run`] with packets of `len` bytes.
-fn run_sized<Q: Qdisc<BenchPacket>>(
+fn run_sized<Q: Qdisc<LenPacket>>(
     c: &mut Criterion,
     name: &str,
     flows: u32,
@@ -82,7 +68,7 @@ fn run_sized<Q: Qdisc<BenchPacket>>(
     };
     let mut now = 1_000_000u64;
     for m in metas.iter().take(flows.min(10_000) as usize) {
-        q.enqueue(now, BenchPacket(len), m);
+        q.enqueue(now, LenPacket(len), m);
     }
     let mut i = 0usize;
     let mut group = c.benchmark_group(name);
@@ -96,7 +82,7 @@ fn run_sized<Q: Qdisc<BenchPacket>>(
             if i == metas.len() {
                 i = 0;
             }
-            q.enqueue(now, BenchPacket(len), m);
+            q.enqueue(now, LenPacket(len), m);
             match q.dequeue(now) {
                 Dequeue::Packet(p) => {
                     black_box(p);
@@ -115,7 +101,7 @@ fn run_sized<Q: Qdisc<BenchPacket>>(
 // The harness times whole bursts itself to report per packet; the qdisc still never reads
 // a clock.
 #[allow(clippy::disallowed_methods)]
-fn run_burst<Q: Qdisc<BenchPacket>>(
+fn run_burst<Q: Qdisc<LenPacket>>(
     c: &mut Criterion,
     name: &str,
     mut q: Q,
@@ -125,7 +111,7 @@ fn run_burst<Q: Qdisc<BenchPacket>>(
     const BURST: usize = 32;
     let mut now = 1_000_000u64;
     for m in metas {
-        q.enqueue(now, BenchPacket(len), m);
+        q.enqueue(now, LenPacket(len), m);
     }
     let mut i = 0usize;
     let mut group = c.benchmark_group(name);
@@ -138,7 +124,7 @@ fn run_burst<Q: Qdisc<BenchPacket>>(
             for _ in 0..iters.div_ceil(BURST as u64) {
                 for _ in 0..BURST {
                     now += 100;
-                    q.enqueue(now, BenchPacket(len), &metas[i]);
+                    q.enqueue(now, LenPacket(len), &metas[i]);
                     i += 1;
                     if i == metas.len() {
                         i = 0;
@@ -172,7 +158,7 @@ fn benches(c: &mut Criterion) {
             "fifo",
             flows,
             false,
-            Fifo::<BenchPacket>::new(20_000),
+            Fifo::<LenPacket>::new(20_000),
             &plain,
         );
         let ds = metas(flows, true);
@@ -253,14 +239,14 @@ fn benches(c: &mut Criterion) {
 
 /// The idle fast path: an empty, unshaped CAKE taking every packet through `try_bypass`.
 fn bypass(c: &mut Criterion) {
-    let mut q: Cake<BenchPacket> = Cake::new(&cake_config(
+    let mut q: Cake<LenPacket> = Cake::new(&cake_config(
         DiffservMode::Diffserv3,
         FlowMode::TripleIsolate,
         false,
     ))
     .unwrap();
     let m = udp_meta(1, 1, 1, 0);
-    let p = BenchPacket(LEN);
+    let p = LenPacket(LEN);
     let mut now = 0u64;
     c.bench_function("cake_diffserv3_triple/bypass/1", |b| {
         b.iter(|| {

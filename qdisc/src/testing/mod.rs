@@ -64,6 +64,20 @@ impl Packet for TestPacket {
     }
 }
 
+/// A packet for benchmarks, as small as a DPDK mbuf pointer: just its length in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LenPacket(pub u32);
+
+impl Packet for LenPacket {
+    fn len(&self) -> usize {
+        self.0 as usize
+    }
+
+    fn set_ce(&mut self) -> bool {
+        false
+    }
+}
+
 /// IPv4 UDP metadata for flow number `flow` from host `src_host` to host `dst_host`.
 pub fn udp_meta(src_host: u32, dst_host: u32, flow: u32, dscp: u8) -> PacketMeta {
     let mut keys = FlowKeys {

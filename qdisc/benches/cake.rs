@@ -150,6 +150,12 @@ fn cake_config(diffserv: DiffservMode, flow_mode: FlowMode, shaped: bool) -> Cak
     }
 }
 
+/// A CAKE instance of [`cake_config`] for the bench's packets.
+fn cake(diffserv: DiffservMode, flow_mode: FlowMode, shaped: bool) -> Cake<LenPacket> {
+    Cake::new(&cake_config(diffserv, flow_mode, shaped))
+        .expect("the bench configurations are valid")
+}
+
 fn benches(c: &mut Criterion) {
     for flows in [1u32, 64, 1024, 10_000] {
         let plain = metas(flows, false);
@@ -163,19 +169,9 @@ fn benches(c: &mut Criterion) {
         );
         let ds = metas(flows, true);
         for shaped in [false, true] {
-            let q = Cake::new(&cake_config(
-                DiffservMode::Besteffort,
-                FlowMode::Flows,
-                shaped,
-            ))
-            .unwrap();
+            let q = cake(DiffservMode::Besteffort, FlowMode::Flows, shaped);
             run(c, "cake_besteffort_flows", flows, shaped, q, &plain);
-            let q = Cake::new(&cake_config(
-                DiffservMode::Diffserv3,
-                FlowMode::TripleIsolate,
-                shaped,
-            ))
-            .unwrap();
+            let q = cake(DiffservMode::Diffserv3, FlowMode::TripleIsolate, shaped);
             run(c, "cake_diffserv3_triple", flows, shaped, q, &ds);
         }
         if flows == 1024 {
@@ -187,41 +183,21 @@ fn benches(c: &mut Criterion) {
                     ..*m
                 })
                 .collect();
-            let q = Cake::new(&cake_config(
-                DiffservMode::Diffserv3,
-                FlowMode::TripleIsolate,
-                false,
-            ))
-            .unwrap();
+            let q = cake(DiffservMode::Diffserv3, FlowMode::TripleIsolate, false);
             run(c, "cake_diffserv3_triple_rss", flows, false, q, &rss);
             // Minimum-size frames, the size packet rates (Mpps) are usually quoted at.
-            let q = Cake::new(&cake_config(
-                DiffservMode::Diffserv3,
-                FlowMode::TripleIsolate,
-                false,
-            ))
-            .unwrap();
+            let q = cake(DiffservMode::Diffserv3, FlowMode::TripleIsolate, false);
             run_sized(c, "cake_diffserv3_triple_64B", flows, false, q, &ds, 64);
             // The goal configuration as the forwarder drives it: bursts of 32.
             for (name, len) in [
                 ("cake_diffserv3_triple_burst32", LEN),
                 ("cake_diffserv3_triple_64B_burst32", 64),
             ] {
-                let q = Cake::new(&cake_config(
-                    DiffservMode::Diffserv3,
-                    FlowMode::TripleIsolate,
-                    false,
-                ))
-                .unwrap();
+                let q = cake(DiffservMode::Diffserv3, FlowMode::TripleIsolate, false);
                 run_burst(c, name, q, &ds, len);
             }
             // The goal row without host fairness: what triple-isolate costs, side by side.
-            let q = Cake::new(&cake_config(
-                DiffservMode::Diffserv3,
-                FlowMode::Flows,
-                false,
-            ))
-            .unwrap();
+            let q = cake(DiffservMode::Diffserv3, FlowMode::Flows, false);
             run(c, "cake_diffserv3_flows", flows, false, q, &ds);
             run(
                 c,
@@ -239,12 +215,7 @@ fn benches(c: &mut Criterion) {
 
 /// The idle fast path: an empty, unshaped CAKE taking every packet through `try_bypass`.
 fn bypass(c: &mut Criterion) {
-    let mut q: Cake<LenPacket> = Cake::new(&cake_config(
-        DiffservMode::Diffserv3,
-        FlowMode::TripleIsolate,
-        false,
-    ))
-    .unwrap();
+    let mut q: Cake<LenPacket> = cake(DiffservMode::Diffserv3, FlowMode::TripleIsolate, false);
     let m = udp_meta(1, 1, 1, 0);
     let p = LenPacket(LEN);
     let mut now = 0u64;

@@ -719,7 +719,7 @@ impl<P: Packet> Cake<P> {
 
     /// The set-associative lookup with host allocation (sch_cake.c `cake_hash`). Returns
     /// the global flow id.
-    #[inline]
+    #[inline(always)]
     fn lookup(&mut self, tin: usize, meta: &PacketMeta) -> usize {
         let base = tin * FLOWS_PER_TIN;
         if self.config.flow_mode == FlowMode::Flowblind {
@@ -1129,6 +1129,10 @@ impl<P: Packet> Cake<P> {
         }
     }
 
+    // Inlined into the caller's packet loop: out of line, every packet paid for saving and
+    // restoring registers and reloading the fields the caller already held (probe loop
+    // -0.8 ns at 1000 B, -1.5 ns at 64 B; the golden digest is unchanged).
+    #[inline(always)]
     fn enqueue_inner(&mut self, now: u64, pkt: P, meta: &PacketMeta) -> Enqueued {
         let now = self.clamp_now(now);
         let len = clamp_u32(pkt.len());

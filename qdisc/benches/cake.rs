@@ -1,5 +1,9 @@
 //! Enqueue+dequeue cost per packet (ns) of CAKE and the FIFO baseline, in virtual time.
 //!
+//! Rows: FIFO, and CAKE in besteffort and diffserv3 with flows and triple-isolate (the
+//! `cake_diffserv3_flows` rows are the goal configuration without host fairness), at 1, 64,
+//! 1024 and 10 000 active flows, unlimited and shaped.
+//!
 //! Each iteration enqueues one packet (flows in round robin) and dequeues one, after a
 //! start with one packet queued per active flow. Packets are 1000 bytes; one row repeats
 //! the goal configuration with 64-byte frames. Unlimited runs advance the clock 100 ns per
@@ -168,11 +172,37 @@ fn benches(c: &mut Criterion) {
             &plain,
         );
         let ds = metas(flows, true);
+        // The matrix: besteffort and diffserv3, flows and triple-isolate.
         for shaped in [false, true] {
-            let q = cake(DiffservMode::Besteffort, FlowMode::Flows, shaped);
-            run(c, "cake_besteffort_flows", flows, shaped, q, &plain);
-            let q = cake(DiffservMode::Diffserv3, FlowMode::TripleIsolate, shaped);
-            run(c, "cake_diffserv3_triple", flows, shaped, q, &ds);
+            for (name, diffserv, flow_mode, metas) in [
+                (
+                    "cake_besteffort_flows",
+                    DiffservMode::Besteffort,
+                    FlowMode::Flows,
+                    &plain,
+                ),
+                (
+                    "cake_besteffort_triple",
+                    DiffservMode::Besteffort,
+                    FlowMode::TripleIsolate,
+                    &plain,
+                ),
+                (
+                    "cake_diffserv3_flows",
+                    DiffservMode::Diffserv3,
+                    FlowMode::Flows,
+                    &ds,
+                ),
+                (
+                    "cake_diffserv3_triple",
+                    DiffservMode::Diffserv3,
+                    FlowMode::TripleIsolate,
+                    &ds,
+                ),
+            ] {
+                let q = cake(diffserv, flow_mode, shaped);
+                run(c, name, flows, shaped, q, metas);
+            }
         }
         if flows == 1024 {
             // The NIC's RSS hash reused as the flow hash (seed 002).
@@ -196,9 +226,6 @@ fn benches(c: &mut Criterion) {
                 let q = cake(DiffservMode::Diffserv3, FlowMode::TripleIsolate, false);
                 run_burst(c, name, q, &ds, len);
             }
-            // The goal row without host fairness: what triple-isolate costs, side by side.
-            let q = cake(DiffservMode::Diffserv3, FlowMode::Flows, false);
-            run(c, "cake_diffserv3_flows", flows, false, q, &ds);
             run(
                 c,
                 "drr_floor_diffserv3",

@@ -297,6 +297,17 @@ fn wyrand(state: &mut u64) -> u64 {
     (t as u64) ^ ((t >> 64) as u64)
 }
 
+/// `x / q` for a tin quantum: a shift for the power-of-two quanta of every mode but
+/// diffserv8 and precedence, whose 7/8 steps need the division.
+#[inline(always)]
+fn div_quantum(x: u32, q: u32) -> u32 {
+    if q.is_power_of_two() {
+        x >> q.trailing_zeros()
+    } else {
+        x / q
+    }
+}
+
 #[inline]
 fn clamp_u32(v: usize) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
@@ -1557,7 +1568,7 @@ impl<P: Packet> Cake<P> {
             let need = if tin.tin_deficit >= 0 {
                 0
             } else {
-                tin.tin_deficit.unsigned_abs().div_ceil(q)
+                div_quantum(tin.tin_deficit.unsigned_abs() + (q - 1), q)
             };
             rounds = rounds.min(need);
         }
@@ -1571,7 +1582,7 @@ impl<P: Packet> Cake<P> {
             }
             let q = u32::from(tin.tin_quantum.max(1));
             // Adds happen while the deficit is <= 0.
-            let adds = skip.min(tin.tin_deficit.unsigned_abs() / q + 1);
+            let adds = skip.min(div_quantum(tin.tin_deficit.unsigned_abs(), q) + 1);
             tin.tin_deficit = tin.tin_deficit.saturating_add((adds * q) as i32);
         }
     }

@@ -246,6 +246,12 @@ fn value_kind(v: &toml::Value) -> &'static str {
 fn parse_rate_value(key: &str, v: &toml::Value) -> Result<Rate, ConfigError> {
     match v {
         toml::Value::String(s) => units::parse_rate(s).map_err(|e| unit_err(key, e)),
+        toml::Value::Integer(n) if (1..8).contains(n) => Err(unit_err(
+            key,
+            UnitError::RateTooSmall {
+                value: n.to_string(),
+            },
+        )),
         toml::Value::Integer(n) if *n >= 0 => Ok(Rate::from_bits_per_sec(*n as u64)),
         other => Err(key_err(
             key,
@@ -948,6 +954,21 @@ mod tests {
         );
         let e = err("[shaper]\nrate = \"1mbit\"\nbandwidth = \"2mbit\"");
         assert!(e.contains("keep one"), "{e}");
+    }
+
+    #[test]
+    fn a_rate_below_one_byte_per_second_is_refused_not_unlimited() {
+        for text in [
+            "rate = 1",
+            "rate = 7",
+            "rate = \"1bit\"",
+            "bandwidth = \"0.5bit\"",
+        ] {
+            let e = err(&format!("[shaper]\n{text}"));
+            assert!(e.contains("would mean unlimited"), "{text}: {e}");
+        }
+        let c = Config::from_toml_str("[shaper]\nrate = 0").unwrap();
+        assert!(c.to_cake_config().rate.is_unlimited());
     }
 
     #[test]

@@ -32,6 +32,13 @@ pub enum UnitError {
         /// What was given.
         value: String,
     },
+    /// A positive rate below one byte per second, which would otherwise round to 0, the
+    /// value that means "unlimited".
+    #[error("rate '{value}' is below 1 byte/s and would mean unlimited; give at least 512bit (the shaper's minimum), or 'unlimited' (or 0) for no shaping")]
+    RateTooSmall {
+        /// What was given.
+        value: String,
+    },
     /// Well-formed but too large to represent.
     #[error("{kind} '{value}' is too large")]
     TooLarge {
@@ -189,6 +196,12 @@ pub fn parse_rate(s: &str) -> Result<Rate, UnitError> {
         });
     };
     let bytes = (number * scale / 8.0).round();
+    if bytes == 0.0 && number > 0.0 {
+        // Rounding a positive rate to 0 would silently turn shaping off.
+        return Err(UnitError::RateTooSmall {
+            value: s.to_string(),
+        });
+    }
     // Rates are reported and written back in bit/s, so the bit rate must fit in 64 bits too
     // (about 18 Ebit/s, far above any link).
     if bytes >= (u64::MAX / 8) as f64 {
@@ -347,6 +360,18 @@ mod tests {
         assert!(e.to_string().contains("too large"), "{e}");
         let top = parse_rate("18000000tbit").unwrap();
         assert_eq!(parse_rate(&format_rate(top)).unwrap(), top);
+    }
+
+    #[test]
+    fn a_positive_rate_below_one_byte_per_second_is_not_unlimited() {
+        for s in ["1bit", "3", "0.4bit", "0.0000001mbit"] {
+            let e = parse_rate(s).unwrap_err();
+            assert!(matches!(e, UnitError::RateTooSmall { .. }), "{s}: {e}");
+            assert!(e.to_string().contains("would mean unlimited"), "{e}");
+        }
+        assert_eq!(parse_rate("0bit").unwrap(), Rate::UNLIMITED);
+        assert_eq!(parse_rate("0.0mbit").unwrap(), Rate::UNLIMITED);
+        assert_eq!(parse_rate("8bit").unwrap().bytes_per_sec(), 1);
     }
 
     #[test]

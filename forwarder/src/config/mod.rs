@@ -253,6 +253,10 @@ fn parse_rate_value(key: &str, v: &toml::Value) -> Result<Rate, ConfigError> {
             },
         )),
         toml::Value::Integer(n) if *n >= 0 => Ok(Rate::from_bits_per_sec(*n as u64)),
+        toml::Value::Integer(n) => Err(key_err(
+            key,
+            format!("{n} is negative; expected a rate such as \"200mbit\" (an integer is bit/s)"),
+        )),
         other => Err(key_err(
             key,
             format!(
@@ -267,6 +271,10 @@ fn parse_duration_value(key: &str, v: &toml::Value) -> Result<u64, ConfigError> 
     match v {
         toml::Value::String(s) => units::parse_duration_ns(s).map_err(|e| unit_err(key, e)),
         toml::Value::Integer(n) if *n >= 0 => Ok((*n as u64).saturating_mul(1000)),
+        toml::Value::Integer(n) => Err(key_err(
+            key,
+            format!("{n} is negative; expected a duration such as \"5ms\" (an integer is µs)"),
+        )),
         other => Err(key_err(
             key,
             format!(
@@ -281,6 +289,10 @@ fn parse_size_value(key: &str, v: &toml::Value) -> Result<u64, ConfigError> {
     match v {
         toml::Value::String(s) => units::parse_size(s).map_err(|e| unit_err(key, e)),
         toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
+        toml::Value::Integer(n) => Err(key_err(
+            key,
+            format!("{n} is negative; expected a size such as \"32mb\" (an integer is bytes)"),
+        )),
         other => Err(key_err(
             key,
             format!(
@@ -969,6 +981,19 @@ mod tests {
         }
         let c = Config::from_toml_str("[shaper]\nrate = 0").unwrap();
         assert!(c.to_cake_config().rate.is_unlimited());
+    }
+
+    #[test]
+    fn a_negative_integer_is_called_negative() {
+        for (text, kind) in [
+            ("rate = -5", "rate"),
+            ("rtt = -100", "duration"),
+            ("memlimit = -1", "size"),
+        ] {
+            let e = err(&format!("[shaper]\n{text}"));
+            assert!(e.contains("is negative") && e.contains(kind), "{text}: {e}");
+            assert!(!e.contains("found an integer"), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -55,13 +55,12 @@ use units::UnitError;
 #[derive(Debug, Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config file '{}': {source}", path.display())]
+    #[error("cannot read config file '{}': {cause}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why (part of this message, so not chained again: `{:#}` would print it twice).
+        cause: std::io::Error,
     },
     /// The TOML did not parse or did not match the schema (unknown key, wrong type).
     #[error("{origin}: {message}")]
@@ -762,9 +761,9 @@ impl Config {
     pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
         let (text, origin) = match path {
             Some(p) => (
-                std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                std::fs::read_to_string(p).map_err(|cause| ConfigError::Read {
                     path: p.to_path_buf(),
-                    source,
+                    cause,
                 })?,
                 p.display().to_string(),
             ),
@@ -1039,6 +1038,22 @@ mod tests {
         assert!(
             e.starts_with("cannot read config file '/nonexistent/cakewalk.toml'"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_says_why_once_in_the_error_chain() {
+        let e = Config::load(
+            Some(Path::new("/nonexistent/cakewalk.toml")),
+            &Overrides::default(),
+        )
+        .unwrap_err();
+        // main prints errors with `{:#}`, which appends every source in the chain.
+        let shown = format!("{:#}", anyhow::Error::new(e));
+        assert_eq!(
+            shown.matches("No such file or directory").count(),
+            1,
+            "{shown}"
         );
     }
 

@@ -42,6 +42,15 @@ pub enum PcapError {
         /// What the parser said.
         reason: String,
     },
+    /// The file ends before its header does (an empty file, or a capture stopped before it
+    /// wrote anything).
+    #[error("'{path}' is {len} bytes long, too short for a pcap or pcapng file header; check that it is the right file and that the capture wrote anything")]
+    Short {
+        /// The file.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: u64,
+    },
     /// The output file could not be created.
     #[error("cannot write pcap output '{path}': {reason}; check that the directory exists and is writable")]
     Create {
@@ -59,6 +68,12 @@ pub struct PcapFrames {
     index: Vec<(usize, usize)>,
 }
 
+/// True when the reader stopped because the file ended in the middle of a header.
+fn is_eof(e: &pcap_file::PcapError) -> bool {
+    matches!(e, pcap_file::PcapError::IncompleteBuffer)
+        || matches!(e, pcap_file::PcapError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof)
+}
+
 impl PcapFrames {
     /// Reads every frame of `path` (pcap or pcapng, detected by the magic number).
     pub fn load(path: &Path) -> Result<PcapFrames, PcapError> {
@@ -71,12 +86,31 @@ impl PcapFrames {
             reason: e.to_string(),
         };
         let mut file = File::open(path).map_err(open_err)?;
+        let len = file.metadata().map_err(open_err)?.len();
+        let short_err = || PcapError::Short {
+            path: path.to_path_buf(),
+            len,
+        };
+        // A header error caused by the end of the file means the file is too short.
+        let header_err = |e: pcap_file::PcapError| {
+            if is_eof(&e) {
+                short_err()
+            } else {
+                fmt_err(e)
+            }
+        };
         let mut magic = [0u8; 4];
-        file.read_exact(&mut magic).map_err(open_err)?;
+        file.read_exact(&mut magic).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                short_err()
+            } else {
+                open_err(e)
+            }
+        })?;
         let file = File::open(path).map_err(open_err)?;
         let mut frames = PcapFrames::default();
         if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
-            let mut r = PcapNgReader::new(BufReader::new(file)).map_err(fmt_err)?;
+            let mut r = PcapNgReader::new(BufReader::new(file)).map_err(header_err)?;
             while let Some(block) = r.next_block() {
                 match block.map_err(fmt_err)? {
                     Block::EnhancedPacket(p) => frames.push(&p.data),
@@ -86,7 +120,7 @@ impl PcapFrames {
                 }
             }
         } else {
-            let mut r = PcapReader::new(BufReader::new(file)).map_err(fmt_err)?;
+            let mut r = PcapReader::new(BufReader::new(file)).map_err(header_err)?;
             while let Some(p) = r.next_packet() {
                 frames.push(&p.map_err(fmt_err)?.data);
             }
@@ -377,6 +411,24 @@ mod tests {
             assert_eq!(back.frame(i), &f[..]);
         }
         assert_eq!(c.written.load(Relaxed), 4);
+    }
+
+    #[test]
+    fn an_empty_or_header_short_file_is_called_too_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.pcap");
+        write_pcap(&path, &frames(1)).unwrap();
+        let whole = std::fs::read(&path).unwrap();
+        for len in [0, 3, 10, 23] {
+            let short = dir.path().join(format!("short{len}.pcap"));
+            std::fs::write(&short, &whole[..len]).unwrap();
+            let e = PcapFrames::load(&short).unwrap_err();
+            assert!(matches!(e, PcapError::Short { .. }), "{len}: {e}");
+            assert!(
+                e.to_string().contains(&format!("is {len} bytes long")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

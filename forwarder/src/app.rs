@@ -274,6 +274,13 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                     let frames = Arc::new(
                         PcapFrames::load(input).with_context(|| format!("port {name}"))?,
                     );
+                    if frames.truncated() {
+                        eprintln!(
+                            "warning: port {name}: '{}' ends in the middle of a frame (the capture was cut short); replaying its {} complete frames",
+                            input.display(),
+                            frames.len()
+                        );
+                    }
                     prx.push(Box::new(PcapRx::new(
                         frames,
                         pool,

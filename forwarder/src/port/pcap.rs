@@ -66,16 +66,19 @@ pub enum PcapError {
 pub struct PcapFrames {
     bytes: Vec<u8>,
     index: Vec<(usize, usize)>,
+    truncated: bool,
 }
 
-/// True when the reader stopped because the file ended in the middle of a header.
+/// True when the reader stopped because the file ended in the middle of a header or record.
 fn is_eof(e: &pcap_file::PcapError) -> bool {
     matches!(e, pcap_file::PcapError::IncompleteBuffer)
         || matches!(e, pcap_file::PcapError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof)
 }
 
 impl PcapFrames {
-    /// Reads every frame of `path` (pcap or pcapng, detected by the magic number).
+    /// Reads every frame of `path` (pcap or pcapng, detected by the magic number). A file
+    /// that ends in the middle of a frame (a capture cut short) keeps its complete frames and
+    /// reports [`PcapFrames::truncated`], as tcpdump and Wireshark read such files.
     pub fn load(path: &Path) -> Result<PcapFrames, PcapError> {
         let open_err = |source| PcapError::Open {
             path: path.to_path_buf(),
@@ -112,20 +115,38 @@ impl PcapFrames {
         if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
             let mut r = PcapNgReader::new(BufReader::new(file)).map_err(header_err)?;
             while let Some(block) = r.next_block() {
-                match block.map_err(fmt_err)? {
-                    Block::EnhancedPacket(p) => frames.push(&p.data),
-                    Block::SimplePacket(p) => frames.push(&p.data),
-                    Block::Packet(p) => frames.push(&p.data),
-                    _ => {}
+                match block {
+                    Ok(Block::EnhancedPacket(p)) => frames.push(&p.data),
+                    Ok(Block::SimplePacket(p)) => frames.push(&p.data),
+                    Ok(Block::Packet(p)) => frames.push(&p.data),
+                    Ok(_) => {}
+                    Err(e) if is_eof(&e) => {
+                        frames.truncated = true;
+                        break;
+                    }
+                    Err(e) => return Err(fmt_err(e)),
                 }
             }
         } else {
             let mut r = PcapReader::new(BufReader::new(file)).map_err(header_err)?;
             while let Some(p) = r.next_packet() {
-                frames.push(&p.map_err(fmt_err)?.data);
+                match p {
+                    Ok(p) => frames.push(&p.data),
+                    Err(e) if is_eof(&e) => {
+                        frames.truncated = true;
+                        break;
+                    }
+                    Err(e) => return Err(fmt_err(e)),
+                }
             }
         }
         Ok(frames)
+    }
+
+    /// True when the file ended in the middle of a frame: the frames before it were kept, the
+    /// partial one was not.
+    pub fn truncated(&self) -> bool {
+        self.truncated
     }
 
     fn push(&mut self, frame: &[u8]) {
@@ -429,6 +450,24 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn a_capture_cut_short_keeps_its_complete_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.pcap");
+        write_pcap(&path, &frames(3)).unwrap();
+        let whole = std::fs::read(&path).unwrap();
+        // Cut inside the third record's header, then inside its data.
+        for cut in [whole.len() - (60 + 2) - 10, whole.len() - 5] {
+            let cut_path = dir.path().join("cut.pcap");
+            std::fs::write(&cut_path, &whole[..cut]).unwrap();
+            let f = PcapFrames::load(&cut_path).unwrap();
+            assert_eq!(f.len(), 2, "cut at {cut}");
+            assert!(f.truncated());
+            assert_eq!(f.frame(1), &frames(3)[1][..]);
+        }
+        assert!(!PcapFrames::load(&path).unwrap().truncated());
     }
 
     #[test]

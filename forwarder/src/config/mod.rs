@@ -723,6 +723,48 @@ impl Overrides {
     }
 }
 
+/// Refuses a port key that the port's backend never reads (`--input` on a synth port, an
+/// `iface` on a pcap port), which would otherwise be silently ignored.
+fn check_port_keys(
+    ports: &crate::port::PortsConfig,
+    overrides: &Overrides,
+) -> Result<(), ConfigError> {
+    use crate::port::PortKind;
+    for (side, spec) in [("a", &ports.a), ("b", &ports.b)] {
+        let checks: [(&str, bool, &[PortKind]); 3] = [
+            ("input", spec.input.is_some(), &[PortKind::Pcap]),
+            ("output", spec.output.is_some(), &[PortKind::Pcap]),
+            (
+                "iface",
+                !spec.iface.is_empty(),
+                &[PortKind::Afpacket, PortKind::Dpdk],
+            ),
+        ];
+        for (field, set, kinds) in checks {
+            if !set || kinds.contains(&spec.kind) {
+                continue;
+            }
+            let key = format!("ports.{side}.{field}");
+            let key = match overrides.origin_of(&key) {
+                Some(o) => format!("{} ({key})", o.flag),
+                None => key,
+            };
+            let readers: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+            return Err(ConfigError::Key {
+                key,
+                message: format!(
+                    "only {} ports use it, but port {side} is a {} port; add --port-kind {} (or kind = \"{}\" in [ports.{side}]), or leave it out",
+                    readers.join(" and "),
+                    spec.kind.name(),
+                    readers[0],
+                    readers[0],
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn set_dotted(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
     let mut parts: Vec<&str> = key.split('.').collect();
     let last = parts.pop().ok_or("empty key")?;
@@ -822,6 +864,7 @@ impl Config {
             },
             other => other,
         })?;
+        check_port_keys(&raw.ports, overrides)?;
         Ok(Config {
             shaper,
             ports: raw.ports,
@@ -993,6 +1036,34 @@ mod tests {
             assert!(e.contains("is negative") && e.contains(kind), "{text}: {e}");
             assert!(!e.contains("found an integer"), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_port_key_its_backend_does_not_read_is_refused() {
+        let mut o = Overrides::default();
+        o.set("ports.a.input", "in.pcap", "--input");
+        let e = Config::load(None, &o).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--input (ports.a.input): only pcap ports use it, but port a is a synth port; add --port-kind pcap"),
+            "{e}"
+        );
+        let e = err("[ports.b]\nkind = \"synth\"\noutput = \"out.pcap\"");
+        assert!(
+            e.starts_with("ports.b.output: only pcap ports use it"),
+            "{e}"
+        );
+        let e = err("[ports.a]\nkind = \"pcap\"\niface = \"eth0\"");
+        assert!(
+            e.starts_with(
+                "ports.a.iface: only afpacket and dpdk ports use it, but port a is a pcap port"
+            ),
+            "{e}"
+        );
+        // The keys are fine on the ports that read them.
+        Config::from_toml_str(
+            "[ports.a]\nkind = \"pcap\"\ninput = \"in.pcap\"\n[ports.b]\nkind = \"afpacket\"\niface = \"eth1\"",
+        )
+        .unwrap();
     }
 
     #[test]

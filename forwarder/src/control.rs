@@ -188,6 +188,15 @@ pub fn handle_command(st: &ControlState, line: &str) -> String {
             match crate::config::units::parse_rate(r) {
                 Ok(rate) => {
                     let mut cur = st.cake.lock().unwrap_or_else(|e| e.into_inner());
+                    // The same limits as at start (the minimum rate): a live change must not
+                    // reach a state `cakewalk run` refuses.
+                    let candidate = CakeConfig {
+                        rate,
+                        ..cur.clone()
+                    };
+                    if let Err(e) = candidate.validate() {
+                        return format!("error: {e}");
+                    }
                     cur.rate = rate;
                     for t in &st.targets {
                         t.set_rate(rate);
@@ -345,6 +354,22 @@ mod tests {
         assert!(handle_command(&st, "set rate fast").starts_with("error"));
         assert!(handle_command(&st, "frobnicate").contains("unknown command"));
         assert_eq!(handle_command(&st, "stats"), "text report");
+    }
+
+    #[test]
+    fn set_rate_below_the_shaper_minimum_is_refused_and_changes_nothing() {
+        let probe = Arc::new(Probe::default());
+        let st = state(probe.clone());
+        assert!(handle_command(&st, "set rate 8mbit").starts_with("ok"));
+        let reply = handle_command(&st, "set rate 100bit");
+        assert!(
+            reply.starts_with("error:") && reply.contains("below the minimum"),
+            "{reply}"
+        );
+        assert_eq!(probe.rate.load(Ordering::Relaxed), 1_000_000, "rate kept");
+        assert_eq!(st.cake.lock().unwrap().rate.bytes_per_sec(), 1_000_000);
+        assert!(handle_command(&st, "set rate unlimited").starts_with("ok"));
+        assert!(handle_command(&st, "set rate 512bit").starts_with("ok"));
     }
 
     #[test]

@@ -449,6 +449,12 @@ impl RawShaper {
                         keys.raw = Some(false);
                     } else {
                         let words: Vec<&str> = s.split_whitespace().collect();
+                        if words.is_empty() {
+                            return Err(key_err(
+                                "overhead",
+                                "is empty; give a number of bytes (-64 to 256) or a keyword such as \"ethernet\", or leave the key out",
+                            ));
+                        }
                         if let Some(bad) = words.iter().find(|w| !OVERHEAD_WORDS.contains(w)) {
                             return Err(key_err(
                                 "overhead",
@@ -1064,6 +1070,21 @@ mod tests {
             "[ports.a]\nkind = \"pcap\"\ninput = \"in.pcap\"\n[ports.b]\nkind = \"afpacket\"\niface = \"eth1\"",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn an_empty_overhead_is_refused_not_ignored() {
+        for text in ["overhead = \"\"", "overhead = \"  \""] {
+            let e = err(&format!("[shaper]\n{text}"));
+            assert!(e.starts_with("shaper.overhead: is empty"), "{text}: {e}");
+        }
+        let mut o = Overrides::default();
+        o.set("shaper.overhead", "", "--overhead");
+        let e = Config::load(None, &o).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--overhead (shaper.overhead): is empty"),
+            "{e}"
+        );
     }
 
     #[test]

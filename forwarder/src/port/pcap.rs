@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::DataLink;
 
 use super::pool::{Pool, PoolBuf};
 use super::{PortBuf, PortRx, PortTx};
@@ -50,6 +51,14 @@ pub enum PcapError {
         path: PathBuf,
         /// Its length in bytes.
         len: u64,
+    },
+    /// The frames are not Ethernet (a `tcpdump -i any` capture, raw IP, 802.11, ...).
+    #[error("'{path}' holds {link:?} frames, but cakewalk replays Ethernet frames only; capture on one interface (tcpdump -i eth0, not -i any) or rewrite the link layer (tcprewrite --dlt=enet)")]
+    NotEthernet {
+        /// The file.
+        path: PathBuf,
+        /// The file's link type.
+        link: DataLink,
     },
     /// The output file could not be created.
     #[error("cannot write pcap output '{path}': {reason}; check that the directory exists and is writable")]
@@ -119,6 +128,12 @@ impl PcapFrames {
                     Ok(Block::EnhancedPacket(p)) => frames.push(&p.data),
                     Ok(Block::SimplePacket(p)) => frames.push(&p.data),
                     Ok(Block::Packet(p)) => frames.push(&p.data),
+                    Ok(Block::InterfaceDescription(i)) if i.linktype != DataLink::ETHERNET => {
+                        return Err(PcapError::NotEthernet {
+                            path: path.to_path_buf(),
+                            link: i.linktype,
+                        })
+                    }
                     Ok(_) => {}
                     Err(e) if is_eof(&e) => {
                         frames.truncated = true;
@@ -129,6 +144,13 @@ impl PcapFrames {
             }
         } else {
             let mut r = PcapReader::new(BufReader::new(file)).map_err(header_err)?;
+            let link = r.header().datalink;
+            if link != DataLink::ETHERNET {
+                return Err(PcapError::NotEthernet {
+                    path: path.to_path_buf(),
+                    link,
+                });
+            }
             while let Some(p) = r.next_packet() {
                 match p {
                     Ok(p) => frames.push(&p.data),
@@ -468,6 +490,27 @@ mod tests {
             assert_eq!(f.frame(1), &frames(3)[1][..]);
         }
         assert!(!PcapFrames::load(&path).unwrap().truncated());
+    }
+
+    #[test]
+    fn a_capture_that_is_not_ethernet_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for (link, name) in [(DataLink::LINUX_SLL, "LINUX_SLL"), (DataLink::RAW, "RAW")] {
+            let path = dir.path().join("in.pcap");
+            let header = PcapHeader {
+                datalink: link,
+                ..PcapHeader::default()
+            };
+            let file = File::create(&path).unwrap();
+            let mut w = PcapWriter::with_header(BufWriter::new(file), header).unwrap();
+            let frame = [0x45u8; 40];
+            w.write_packet(&PcapPacket::new(Duration::ZERO, 40, &frame))
+                .unwrap();
+            drop(w);
+            let e = PcapFrames::load(&path).unwrap_err();
+            assert!(matches!(e, PcapError::NotEthernet { .. }), "{e}");
+            assert!(e.to_string().contains(name), "{e}");
+        }
     }
 
     #[test]

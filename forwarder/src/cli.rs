@@ -423,6 +423,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let toml = config::tc::to_toml(&input)
                 .with_context(|| format!("cannot convert tc options '{input}'"))?;
+            // The section must be one `cakewalk run` accepts (the shaper's limits, such as
+            // its minimum rate, are checked when a config is loaded).
+            Config::from_toml_str(&toml).with_context(|| {
+                format!("tc options '{input}' convert to a [shaper] section cakewalk refuses")
+            })?;
             print!("{toml}");
             Ok(ExitCode::SUCCESS)
         }

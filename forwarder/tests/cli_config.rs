@@ -213,6 +213,16 @@ fn from_tc_refuses_invalid_options_clearly() {
 }
 
 #[test]
+fn from_tc_refuses_options_that_would_give_a_config_run_refuses() {
+    for options in ["bandwidth 100bit", "target 0"] {
+        let o = cakewalk(&["from-tc", options]);
+        assert_eq!(o.status.code(), Some(1), "{options}: {}", stdout(&o));
+        assert!(stdout(&o).is_empty(), "{options}: {}", stdout(&o));
+        assert!(stderr(&o).contains("cakewalk refuses"), "{}", stderr(&o));
+    }
+}
+
+#[test]
 fn bad_command_line_values_exit_2_with_the_fix() {
     let o = cakewalk(&["run", "--rate", "2gbps"]);
     assert_eq!(o.status.code(), Some(2));

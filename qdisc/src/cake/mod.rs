@@ -197,6 +197,8 @@ struct Tin {
     tin_quantum: u16,
     tin_deficit: i32,
     flow_quantum: u16,
+    /// Deliveries left before the next delay sample.
+    delay_sample_wait: u32,
     cparams: CobaltParams,
     rate: RateNs,
     clock: Clock,
@@ -285,7 +287,6 @@ pub struct Cake<P> {
     cur_flow: usize,
     rng: u64,
     last_now: u64,
-    sample_ctr: u32,
     autorate: Autorate,
     stats: CakeStats,
 }
@@ -356,7 +357,6 @@ impl<P: Packet> Cake<P> {
             cur_flow: 0,
             rng: config.seed,
             last_now: 0,
-            sample_ctr: 0,
             autorate: Autorate::default(),
             stats: CakeStats::new(),
         };
@@ -1660,10 +1660,14 @@ impl<P: Packet> Cake<P> {
         );
         st.sent_packets += 1;
         st.sent_bytes += u64::from(len);
-        self.sample_ctr += 1;
-        if self.sample_ctr >= DELAY_SAMPLE_EVERY {
-            self.sample_ctr = 0;
+        // Sampled per tin (its first packet, then one in DELAY_SAMPLE_EVERY): one counter
+        // shared by all tins sampled only one tin when two alternated.
+        let tin = &mut self.tins[t];
+        if tin.delay_sample_wait == 0 {
+            tin.delay_sample_wait = DELAY_SAMPLE_EVERY - 1;
             st.delay_histogram.saturating_record((delay / 1000).max(1));
+        } else {
+            tin.delay_sample_wait -= 1;
         }
         self.advance_shaper(t, adj, now, false);
         let a = adj.min(i32::MAX as u32) as i32;

@@ -65,7 +65,8 @@ pub struct TinStats {
     pub max_skblen: u32,
     /// The per-flow DRR quantum (bytes).
     pub flow_quantum: u32,
-    /// Sojourn times in µs, one delivered packet in [`DELAY_SAMPLE_EVERY`].
+    /// Sojourn times in µs: this tin's first delivered packet, then one in
+    /// [`DELAY_SAMPLE_EVERY`].
     pub delay_histogram: Histogram<u64>,
 }
 

@@ -806,3 +806,20 @@ fn dequeue_returns_even_when_counts_and_lists_disagree() {
         assert!(matches!(c.dequeue(2), Dequeue::Empty));
     }
 }
+
+#[test]
+fn every_tin_samples_its_own_delays_when_tins_alternate() {
+    // Best effort and voice packets alternate; each tin's histogram must see its own share.
+    let mut c = unlimited(FlowMode::Flows, DiffservMode::Diffserv3);
+    let (be, ef) = (udp_meta(1, 1, 1, 0), udp_meta(2, 2, 2, 46));
+    for i in 0..320u64 {
+        let m = if i % 2 == 0 { &be } else { &ef };
+        c.enqueue(i * 1000, pkt(100, (i % 2) as u32, i), m);
+        assert!(matches!(c.dequeue(i * 1000 + 500), Dequeue::Packet(_)));
+    }
+    for t in [c.select_tin(&be), c.select_tin(&ef)] {
+        let st = &c.stats().tins[t];
+        assert_eq!(st.sent_packets, 160);
+        assert_eq!(st.delay_histogram.len(), 10, "tin {t}");
+    }
+}

@@ -496,7 +496,10 @@ fn supervise<P: PortBuf>(
         };
         match control::serve(&path, state, aux_stop.clone()) {
             Ok(h) => aux.push(h),
-            Err(e) => eprintln!("warning: {e}"),
+            // The default socket is a convenience (its directory may not be writable
+            // without root); a socket the operator named is a requirement.
+            Err(e) if scfg.control_socket.is_empty() => eprintln!("warning: {e}"),
+            Err(e) => return Err(e.into()),
         }
     }
     if let Some(addr) = &scfg.prometheus {

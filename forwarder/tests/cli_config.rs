@@ -358,3 +358,19 @@ fn from_tc_refuses_autorate_ingress_on_cake_mq() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+#[test]
+fn a_control_socket_that_cannot_be_created_stops_the_run() {
+    // A socket the operator named must exist, or the run must not start quietly without it.
+    let o = cakewalk(&[
+        "run",
+        "--control",
+        "/nonexistent-cakewalk-dir/ctl.sock",
+        "--duration",
+        "1",
+    ]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(err.contains("/nonexistent-cakewalk-dir/ctl.sock"), "{err}");
+    assert!(err.contains("'off'"), "{err}");
+}

@@ -92,6 +92,11 @@ const AUTORATE_HOLDOFF_NS: u64 = 250_000_000;
 /// Least credit the shaper may bank while busy (see `Cake::bound_catch_up`).
 const MAX_CATCH_UP_NS: u64 = 50_000_000;
 
+/// Bound on the flow visits of one dequeue that deliver nothing: more than a valid state can
+/// need (every flow refilled, emptied and moved a few times, plus every packet the queue
+/// can hold dropped by COBALT), and a constant so that no dequeue computes it.
+const DEQUEUE_VISIT_BUDGET: u32 = 4 * ALL_FLOWS as u32 + 2 * MAX_PACKET_LIMIT + 64;
+
 const NIL: u32 = u32::MAX;
 const NIL16: u16 = u16::MAX;
 
@@ -1208,10 +1213,6 @@ impl<P: Packet> Cake<P> {
         self.buffer_used += u64::from(footprint);
         self.backlog += u64::from(len);
         self.stats.tins[t].backlog_bytes += u64::from(len);
-        self.autorate.avg_window_bytes = self
-            .autorate
-            .avg_window_bytes
-            .saturating_add(u64::from(len));
 
         let mut result = Enqueued::default();
         if self.ack_mode != AckFilterMode::Off {
@@ -1249,6 +1250,11 @@ impl<P: Packet> Cake<P> {
             }
         }
         if self.config.autorate_ingress {
+            // Only the estimator reads the window's bytes; without it they stay 0.
+            self.autorate.avg_window_bytes = self
+                .autorate
+                .avg_window_bytes
+                .saturating_add(u64::from(len));
             self.update_autorate(now);
         } else {
             self.autorate.avg_window_bytes = 0;
@@ -1274,7 +1280,6 @@ impl<P: Packet> Cake<P> {
             self.inc_host_bulk(fid);
         }
 
-        self.stats.memory_current = self.buffer_used;
         if self.buffer_used > self.stats.memory_used {
             self.stats.memory_used = self.buffer_used;
         }
@@ -1348,7 +1353,7 @@ impl<P: Packet> Cake<P> {
         // Every visit that does not deliver either refills a deficit, drops a packet or
         // moves an empty flow on, so the loop ends; bound those visits anyway, so that
         // corrupted state can never hang the caller.
-        let mut budget = 4 * ALL_FLOWS as u32 + self.qlen.saturating_mul(2) + 64;
+        let mut budget = DEQUEUE_VISIT_BUDGET;
         'begin: loop {
             if self.qlen == 0 {
                 return Dequeue::Empty;

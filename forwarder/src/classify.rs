@@ -36,6 +36,27 @@ pub fn tx_queue_for(meta: &PacketMeta, n_queues: usize) -> usize {
     queue_index(queue_hash(meta), n_queues)
 }
 
+/// Picks the TX queue as [`tx_queue_for`] does and, when the packet brought no precomputed
+/// hash, keeps the software hash computed for the choice in `meta.l4_hash`. CAKE then reuses
+/// it as its flow hash instead of hashing the keys a second time, as Linux's CAKE reuses the
+/// `skb->hash` that the stack computed for RPS (seed 002). With one queue nothing is hashed.
+#[inline]
+pub fn assign_tx_queue(meta: &mut PacketMeta, n_queues: usize) -> usize {
+    if n_queues <= 1 {
+        return 0;
+    }
+    let hash = match meta.l4_hash {
+        Some(h) if !meta.keys_rewritten => h,
+        Some(_) => flow_hash(meta),
+        None => {
+            let h = flow_hash(meta);
+            meta.l4_hash = Some(h);
+            h
+        }
+    };
+    queue_index(hash, n_queues)
+}
+
 /// Maps a 32-bit hash onto `0..n` by its high bits (Lemire's multiply-shift reduction).
 #[inline]
 pub fn queue_index(hash: u32, n: usize) -> usize {
@@ -89,6 +110,24 @@ mod tests {
         assert_eq!(tx_queue_for(&m, 2), 1);
         m.keys_rewritten = true;
         assert_eq!(queue_hash(&m), flow_hash(&m));
+    }
+
+    #[test]
+    fn the_software_queue_hash_is_kept_for_cake() {
+        let m = udp_meta(1, 2, 3, 0);
+        let mut kept = m;
+        assert_eq!(assign_tx_queue(&mut kept, 4), tx_queue_for(&m, 4));
+        assert_eq!(kept.l4_hash, Some(flow_hash(&m)));
+        // A NIC hash stays as it came, also when the keys were rewritten.
+        let mut nic = m;
+        nic.l4_hash = Some(0x8000_0000);
+        nic.keys_rewritten = true;
+        assert_eq!(assign_tx_queue(&mut nic, 4), tx_queue_for(&nic, 4));
+        assert_eq!(nic.l4_hash, Some(0x8000_0000));
+        // One queue: nothing hashed, nothing kept.
+        let mut one = m;
+        assert_eq!(assign_tx_queue(&mut one, 1), 0);
+        assert_eq!(one.l4_hash, None);
     }
 
     #[test]

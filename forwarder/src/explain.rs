@@ -352,8 +352,11 @@ pub fn explain(
     cake: &CakeConfig,
     n_queues: usize,
 ) -> Result<Explanation, ConfigError> {
-    let meta = spec.meta();
+    let mut meta = spec.meta();
     let n = n_queues.max(1);
+    let queue_hash = classify::queue_hash(&meta);
+    // As the engine does: with several queues CAKE reuses the queue's software hash.
+    let queue = classify::assign_tx_queue(&mut meta, n);
     // A small packet limit keeps the probe instance's preallocation tiny.
     let probe_config = CakeConfig {
         packet_limit: 16,
@@ -364,8 +367,8 @@ pub fn explain(
         spec: spec.clone(),
         meta,
         n_queues: n,
-        queue_hash: classify::queue_hash(&meta),
-        queue: classify::tx_queue_for(&meta, n),
+        queue_hash,
+        queue,
         cake: cake.clone(),
         class: instance.classify(&meta),
     })
@@ -420,7 +423,7 @@ impl fmt::Display for Explanation {
             c.flow,
             c.flow_hash,
             if c.used_l4_hash {
-                ", the NIC's L4 hash"
+                ", the queue hash reused"
             } else {
                 ""
             },

@@ -87,22 +87,35 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// One engine row; returns (Mpps, delivered bit/s).
-fn engine_row(choice: &QueueChoice, bypass: bool, seconds: f64, warmup: f64) -> (f64, f64) {
+/// One engine row with `queues` TX queues on the output port; returns (Mpps, delivered bit/s).
+fn engine_row(
+    choice: &QueueChoice,
+    bypass: bool,
+    queues: usize,
+    seconds: f64,
+    warmup: f64,
+) -> (f64, f64) {
     let pool = Pool::new(16384, 2048);
     let rx: Vec<Box<dyn PortRx<Buf = PoolBuf>>> = vec![Box::new(generator(pool))];
     let ports = EnginePorts {
         rx: vec![rx, Vec::new()],
-        tx: vec![vec![Box::new(NullTx)], vec![Box::new(NullTx)]],
+        tx: (0..2)
+            .map(|_| {
+                (0..queues)
+                    .map(|_| Box::new(NullTx) as Box<dyn PortTx<Buf = PoolBuf>>)
+                    .collect()
+            })
+            .collect(),
         forward: vec![Some(1), None],
     };
     let options = TxQueueOptions {
         bypass,
         ..TxQueueOptions::default()
     };
-    let (shapers, _) = build_queues(choice, 2, 1, options).expect("queues build");
+    let (shapers, _) = build_queues(choice, 2, queues, options).expect("queues build");
     let cfg = EngineConfig {
         workers: 1,
+        tx_queues: queues,
         idle: IdleMode::Spin,
         duration: "0".into(),
         ..EngineConfig::default()
@@ -110,11 +123,14 @@ fn engine_row(choice: &QueueChoice, bypass: bool, seconds: f64, warmup: f64) -> 
     let running = engine::start(&cfg, ports, shapers).expect("engine starts");
     let shared = running.shared().clone();
     let layout = shared.layout;
+    // The output port's egresses: port 1's queues.
     let tx_of = |s: &forwarder::stats::counters::Snapshot| {
-        (
-            s.egress(layout.queues, egress::TX_PACKETS),
-            s.egress(layout.queues, egress::TX_BYTES),
-        )
+        (layout.queues..2 * layout.queues).fold((0, 0), |(p, b), e| {
+            (
+                p + s.egress(e, egress::TX_PACKETS),
+                b + s.egress(e, egress::TX_BYTES),
+            )
+        })
     };
     std::thread::sleep(Duration::from_secs_f64(warmup));
     let (p0, b0) = tx_of(&shared.snapshot());
@@ -194,25 +210,36 @@ fn run(args: &Args) -> anyhow::Result<()> {
         rate: shaped,
         ..CakeConfig::default()
     };
-    let rows: Vec<(&str, QueueChoice, bool)> = vec![
-        ("engine, no qdisc", QueueChoice::None, true),
-        ("FIFO + bypass", QueueChoice::Fifo, true),
-        ("FIFO, no bypass", QueueChoice::Fifo, false),
+    // (name, qdisc, bypass, TX queues on the output port)
+    let rows: Vec<(&str, QueueChoice, bool, usize)> = vec![
+        ("engine, no qdisc", QueueChoice::None, true, 1),
+        ("FIFO + bypass", QueueChoice::Fifo, true, 1),
+        ("FIFO, no bypass", QueueChoice::Fifo, false, 1),
         (
             "CAKE unlimited + bypass",
             QueueChoice::Cake(unlimited.clone()),
             true,
+            1,
         ),
         (
             "CAKE unlimited, no bypass",
+            QueueChoice::Cake(unlimited.clone()),
+            false,
+            1,
+        ),
+        // The cake_mq shape: the worker hashes each packet to one of 4 TX queues, each with
+        // its own CAKE instance (which reuses that hash as its flow hash).
+        (
+            "CAKE unlimited, no bypass, 4 TX queues",
             QueueChoice::Cake(unlimited),
             false,
+            4,
         ),
-        ("CAKE shaped 1 Gbit", QueueChoice::Cake(shaped_cfg), true),
+        ("CAKE shaped 1 Gbit", QueueChoice::Cake(shaped_cfg), true, 1),
     ];
     let rows: Vec<_> = rows
         .into_iter()
-        .filter(|(name, _, _)| args.only.as_deref().is_none_or(|o| name.contains(o)))
+        .filter(|(name, _, _, _)| args.only.as_deref().is_none_or(|o| name.contains(o)))
         .collect();
     if rows.is_empty() {
         anyhow::bail!(
@@ -227,7 +254,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let mut table = Table::new(&["row", "Mpps", "ns/pkt", "bare Mpps", "vs bare", "delivered"]);
     let mut progress = Progress::new("fwd", (rows.len() * reps) as u64);
     let (mut names, mut ratio_values) = (Vec::new(), Vec::new());
-    for (name, choice, bypass) in rows {
+    for (name, choice, bypass, queues) in rows {
         let mut mpps = Vec::new();
         let mut bares = Vec::new();
         let mut ratios = Vec::new();
@@ -235,7 +262,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         for _ in 0..reps {
             progress.step(name);
             let bare = bare_loop(seconds, warmup);
-            let (m, bps) = engine_row(&choice, bypass, seconds, warmup);
+            let (m, bps) = engine_row(&choice, bypass, queues, seconds, warmup);
             mpps.push(m);
             bares.push(bare);
             ratios.push(m / bare);

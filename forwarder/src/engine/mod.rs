@@ -461,15 +461,6 @@ fn pick_cores(cfg: &EngineConfig) -> Option<Vec<core_affinity::CoreId>> {
     Some(all[skip..].to_vec())
 }
 
-/// The TX queue of `out_port` a packet goes to.
-#[inline]
-fn queue_for(meta: &PacketMeta, queues: usize) -> usize {
-    if queues <= 1 {
-        return 0;
-    }
-    crate::classify::tx_queue_for(meta, queues)
-}
-
 impl<P: PortBuf> Worker<P> {
     fn run(mut self) {
         if let Some(core) = self.core {
@@ -557,8 +548,9 @@ impl<P: PortBuf> Worker<P> {
                         for (pkt, meta) in burst.iter().zip(metas.iter_mut()) {
                             malformed += u64::from(classify_into(pkt, meta));
                         }
-                        for (pkt, meta) in burst.drain(..).zip(metas.iter()) {
-                            let e = base + queue_for(meta, nq);
+                        // The queue's software hash stays in the meta for CAKE to reuse.
+                        for (pkt, meta) in burst.drain(..).zip(metas.iter_mut()) {
+                            let e = base + crate::classify::assign_tx_queue(meta, nq);
                             bmetas[e][bpkts[e].len()] = *meta;
                             bpkts[e].push(pkt);
                         }

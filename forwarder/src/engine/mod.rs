@@ -28,14 +28,14 @@ use std::time::Duration;
 use crossbeam_queue::ArrayQueue;
 use qdisc::mq::{NextRun, RunResult};
 use qdisc::{DropReason, PacketMeta};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::port::{PortBuf, PortRx, PortTx};
 use crate::stats::counters::{egress, port, reason_index, Counters, Layout, Snapshot};
 pub use shaper::{Passthrough, Shaper, TinReport, TinSnapshot};
 
 /// What a worker does when a loop iteration found no work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IdleMode {
     /// Back off politely: spin a little, then sleep in short steps (the default; shares a
@@ -47,7 +47,7 @@ pub enum IdleMode {
 }
 
 /// The `[engine]` table.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineConfig {
     /// Worker threads (one per core).

@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 
 use qdisc::Packet;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub mod afpacket;
 #[cfg(feature = "dpdk")]
@@ -60,7 +60,7 @@ pub trait PortTx: Send {
 }
 
 /// Which backend a port uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PortKind {
     /// The built-in generator (receive side) and verifying sink (transmit side).
@@ -87,7 +87,7 @@ impl PortKind {
 }
 
 /// One port: its backend and the backend's settings.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PortSpec {
     /// Label in stats output (defaults to "a" / "b").
@@ -97,9 +97,11 @@ pub struct PortSpec {
     /// afpacket: the interface name; dpdk: the port id or device name.
     pub iface: String,
     /// pcap: the file read as input (pcap or pcapng). Without it the port receives nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<PathBuf>,
     /// pcap: the file written with what is transmitted. Without it transmitted frames are
     /// counted and dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<PathBuf>,
     /// Receive queues (each goes to one worker).
     pub rx_queues: usize,
@@ -122,7 +124,7 @@ impl Default for PortSpec {
 ///
 /// Packets received on A are transmitted on B; with `bidirectional` (the default) packets
 /// received on B are transmitted on A as well.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PortsConfig {
     /// Port A (`[ports.a]`).

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use hdrhistogram::Histogram;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::pool::{Pool, PoolBuf};
 use super::{PortBuf, PortRx, PortTx};
@@ -67,7 +67,7 @@ pub enum SynthError {
 }
 
 /// Which IP version(s) the generator uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IpVersion {
     /// IPv4 only.
@@ -103,6 +103,16 @@ impl FromStr for PacketSize {
     }
 }
 
+/// Written as it is read: a number of bytes, or "imix".
+impl Serialize for PacketSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PacketSize::Fixed(n) => s.serialize_u64(*n as u64),
+            PacketSize::Imix => s.serialize_str("imix"),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for PacketSize {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
@@ -120,7 +130,7 @@ impl<'de> Deserialize<'de> for PacketSize {
 }
 
 /// The `[ports.synth]` table: what the built-in generator sends.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SynthConfig {
     /// Number of flows (distinct UDP 5-tuples).

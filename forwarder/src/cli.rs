@@ -492,7 +492,7 @@ fn explain_cmd(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     };
     let spec = explain::PacketSpec::parse(&spec_text)?;
     let queues = config.engine.tx_queues.max(1);
-    let e = explain::explain(&spec, &config.to_cake_config(), queues)?;
+    let e = explain::explain_queue(&spec, config.shaper.queue, &config.to_cake_config(), queues)?;
     print!("{e}");
     Ok(ExitCode::SUCCESS)
 }

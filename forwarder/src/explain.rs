@@ -16,7 +16,7 @@ use qdisc::{L3Kind, Packet, PacketMeta};
 use thiserror::Error;
 
 use crate::classify;
-use crate::config::keywords;
+use crate::config::{keywords, QueueKind};
 use crate::wire;
 
 /// A packet spec that cannot be read.
@@ -328,6 +328,9 @@ pub struct Explanation {
     pub cake: CakeConfig,
     /// Where CAKE puts it: tin, flow and host entries.
     pub class: Classification,
+    /// With the FIFO as the queue (`queue = "fifo"`): its band (0 first), and CAKE's
+    /// classification does not apply.
+    pub fifo_band: Option<usize>,
 }
 
 /// A stand-in packet type: classification never looks at a packet, only at its meta.
@@ -352,6 +355,20 @@ pub fn explain(
     cake: &CakeConfig,
     n_queues: usize,
 ) -> Result<Explanation, ConfigError> {
+    explain_queue(spec, QueueKind::Cake, cake, n_queues)
+}
+
+/// [`explain`] for the queue discipline `kind`: with the FIFO, the packet's band instead
+/// of CAKE's tin, flow and hosts.
+///
+/// # Errors
+/// When `cake` is not a valid CAKE configuration.
+pub fn explain_queue(
+    spec: &PacketSpec,
+    kind: QueueKind,
+    cake: &CakeConfig,
+    n_queues: usize,
+) -> Result<Explanation, ConfigError> {
     let mut meta = spec.meta();
     let n = n_queues.max(1);
     let queue_hash = classify::queue_hash(&meta);
@@ -371,6 +388,7 @@ pub fn explain(
         queue,
         cake: cake.clone(),
         class: instance.classify(&meta),
+        fifo_band: (kind == QueueKind::Fifo).then(|| qdisc::fifo::band_for_dscp(meta.dscp)),
     })
 }
 
@@ -409,6 +427,13 @@ impl fmt::Display for Explanation {
             "tx queue:   {} of {} (queue hash {:#010x})",
             self.queue, self.n_queues, self.queue_hash
         )?;
+        if let Some(band) = self.fifo_band {
+            return writeln!(
+                f,
+                "fifo band:  {band} of {} (pfifo_fast-style: DSCP 40-63 first, CS1 and DSCP 1 last)",
+                qdisc::fifo::BANDS
+            );
+        }
         let c = &self.class;
         writeln!(
             f,
@@ -543,6 +568,26 @@ mod tests {
         };
         let e = explain(&p, &blind, 1).unwrap();
         assert_eq!(e.class.flow % 1024, 0);
+    }
+
+    #[test]
+    fn the_fifo_shows_its_band_and_no_cake_classification() {
+        let p = PacketSpec::parse("udp 10.0.0.1:1 > 10.0.0.2:2 dscp ef").unwrap();
+        let e = explain_queue(&p, QueueKind::Fifo, &CakeConfig::default(), 1).unwrap();
+        assert_eq!(e.fifo_band, Some(0));
+        let shown = e.to_string();
+        assert!(shown.contains("fifo band:  0 of 3"), "{shown}");
+        assert!(
+            !shown.contains("tin:") && !shown.contains("flow:"),
+            "{shown}"
+        );
+        let p = PacketSpec::parse("udp 10.0.0.1:1 > 10.0.0.2:2 dscp cs1").unwrap();
+        let e = explain_queue(&p, QueueKind::Fifo, &CakeConfig::default(), 1).unwrap();
+        assert_eq!(e.fifo_band, Some(2));
+        assert_eq!(
+            explain(&p, &CakeConfig::default(), 1).unwrap().fifo_band,
+            None
+        );
     }
 
     #[test]

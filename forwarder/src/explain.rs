@@ -45,6 +45,9 @@ pub enum SpecError {
     /// A keyword after the addresses that is not known, or its value is missing or bad.
     #[error("'{0}' is not understood after the addresses; use dscp D, ecn E, label N or mark N")]
     BadKeyword(String),
+    /// A keyword given twice (the later value would silently win).
+    #[error("'{0}' is given twice in the packet spec; give it once (in the spec or with its flag, such as --dscp)")]
+    Repeated(String),
 }
 
 /// One packet to explain.
@@ -209,9 +212,19 @@ impl PacketSpec {
             mark: 0,
         };
         let mut rest = words[arrow + 2..].iter();
+        let mut seen: Vec<&str> = Vec::new();
         while let Some(&kw) = rest.next() {
             let val = rest.next().copied();
             let missing = || SpecError::BadKeyword(kw.to_string());
+            let key = match kw {
+                "tos" => "dscp",
+                "flowlabel" => "label",
+                other => other,
+            };
+            if seen.contains(&key) {
+                return Err(SpecError::Repeated(key.to_string()));
+            }
+            seen.push(key);
             match kw {
                 "dscp" | "tos" => p.dscp = parse_dscp(val.ok_or_else(missing)?)?,
                 "ecn" => {
@@ -527,6 +540,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("'colour'"), "{e}");
+        for twice in [
+            "10.0.0.1 > 10.0.0.2 dscp ef dscp cs1",
+            "10.0.0.1 > 10.0.0.2 tos 8 ecn ce dscp 46",
+            "10.0.0.1 > 10.0.0.2 mark 1 mark 1",
+        ] {
+            let e = PacketSpec::parse(twice).unwrap_err().to_string();
+            assert!(e.contains("given twice"), "{twice}: {e}");
+        }
     }
 
     #[test]

@@ -374,3 +374,28 @@ fn a_control_socket_that_cannot_be_created_stops_the_run() {
     assert!(err.contains("/nonexistent-cakewalk-dir/ctl.sock"), "{err}");
     assert!(err.contains("'off'"), "{err}");
 }
+
+#[test]
+fn an_option_given_twice_is_refused_instead_of_the_last_one_winning() {
+    let o = cakewalk(&["explain", "tcp 10.0.0.1:1 > 10.0.0.2:2 dscp ef dscp cs1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("'dscp' is given twice"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cakewalk(&[
+        "explain",
+        "tcp 10.0.0.1:1 > 10.0.0.2:2",
+        "--rate",
+        "10mbit",
+        "--set",
+        "shaper.bandwidth=20mbit",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("--rate and --set") && err.contains("give only one"),
+        "{err}"
+    );
+}

@@ -709,7 +709,40 @@ impl Overrides {
         self.entries.is_empty()
     }
 
+    /// Refuses two overrides of one key (or of two keys that mean the same, as `--rate` and
+    /// `--set shaper.bandwidth=...`): the later would silently win.
+    fn check_clashes(&self) -> Result<(), ConfigError> {
+        let same = |a: &str, b: &str| {
+            a == b
+                || SAME_MEANING
+                    .iter()
+                    .any(|(k, others)| *k == a && others.contains(&b))
+        };
+        for (i, later) in self.entries.iter().enumerate() {
+            if let Some(first) = self.entries[..i].iter().find(|e| same(&e.key, &later.key)) {
+                let flags = if first.flag == later.flag {
+                    format!("{} given twice", first.flag)
+                } else {
+                    format!("{} and {}", first.flag, later.flag)
+                };
+                return Err(ConfigError::Key {
+                    key: format!("{flags} ({})", later.key),
+                    message: format!(
+                        "both set {}; give only one of them",
+                        if first.key == later.key {
+                            first.key.clone()
+                        } else {
+                            format!("{} / {}", first.key, later.key)
+                        }
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn apply(&self, table: &mut toml::Table) -> Result<(), ConfigError> {
+        self.check_clashes()?;
         for o in &self.entries {
             if let Some((_, others)) = SAME_MEANING.iter().find(|(k, _)| *k == o.key) {
                 for other in *others {
@@ -1194,5 +1227,32 @@ mod tests {
             again.shaper.given = c.shaper.given.clone();
             assert_eq!(again, c, "{shown}");
         }
+    }
+
+    #[test]
+    fn one_key_set_twice_on_the_command_line_is_refused() {
+        let mut o = Overrides::default();
+        o.set("shaper.rate", "100mbit", "--rate");
+        o.set("shaper.rate", "200mbit", "--set");
+        let e = Config::load(None, &o).unwrap_err().to_string();
+        assert!(
+            e.contains("--rate and --set") && e.contains("give only one"),
+            "{e}"
+        );
+        let mut o = Overrides::default();
+        o.set("engine.burst", 16, "--set");
+        o.set("engine.burst", 64, "--set");
+        let e = Config::load(None, &o).unwrap_err().to_string();
+        assert!(e.contains("--set given twice (engine.burst)"), "{e}");
+        let mut o = Overrides::default();
+        o.set("shaper.rate", "100mbit", "--rate");
+        o.set("shaper.bandwidth", "200mbit", "--set");
+        let e = Config::load(None, &o).unwrap_err().to_string();
+        assert!(e.contains("shaper.rate / shaper.bandwidth"), "{e}");
+        // Different keys are fine.
+        let mut o = Overrides::default();
+        o.set("shaper.rate", "100mbit", "--rate");
+        o.set("engine.burst", 64, "--set");
+        assert!(Config::load(None, &o).is_ok());
     }
 }

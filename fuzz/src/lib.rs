@@ -404,6 +404,107 @@ pub fn cake_ops(data: &[u8]) {
     );
 }
 
+/// `packet_spec`: any text is either refused or parses to a spec whose packet, built as real
+/// bytes and parsed as the data path would, carries what the spec said; explaining it
+/// never panics, for CAKE and FIFO and any queue count.
+pub fn packet_spec(data: &[u8]) {
+    use forwarder::config::QueueKind;
+    use forwarder::explain::{explain_queue, PacketSpec};
+
+    let text = String::from_utf8_lossy(data);
+    let Ok(spec) = PacketSpec::parse(&text) else {
+        return;
+    };
+    assert!(
+        spec.dscp < 64 && spec.ecn < 4 && spec.flow_label < 1 << 20,
+        "{spec:?}"
+    );
+    let meta = spec.meta();
+    assert_eq!(meta.dscp, spec.dscp, "{text}");
+    assert_eq!(meta.ecn, spec.ecn, "{text}");
+    assert_eq!(meta.keys.protocol, spec.protocol, "{text}");
+    let queues = usize::from(data.first().copied().unwrap_or(1) % 9);
+    for kind in [QueueKind::Cake, QueueKind::Fifo] {
+        let e = explain_queue(&spec, kind, &qdisc::cake::CakeConfig::default(), queues)
+            .expect("the default CAKE configuration is valid");
+        assert!(!e.to_string().is_empty());
+    }
+}
+
+/// `control_command`: any command line gets a one-line-or-more reply that starts with
+/// `ok` or `error:` (or is a stats report), and no sequence of commands leaves the live
+/// CAKE configuration in a state that `cakewalk run` would refuse.
+pub fn control_command(data: &[u8]) {
+    use forwarder::control::{handle_command, ControlState, LiveTarget};
+    use qdisc::cake::CakeConfig;
+    use qdisc::Rate;
+    use std::sync::{Arc, Mutex};
+
+    /// Applies what it is told, as the engine's queues would, and refuses what the
+    /// qdisc refuses.
+    struct Queues(Mutex<CakeConfig>);
+    impl LiveTarget for Queues {
+        fn set_rate(&self, rate: Rate) {
+            self.0.lock().expect("not poisoned").rate = rate;
+        }
+        fn reconfigure(&self, cake: &CakeConfig) -> Result<(), String> {
+            cake.validate().map_err(|e| e.to_string())?;
+            *self.0.lock().expect("not poisoned") = cake.clone();
+            Ok(())
+        }
+        fn rate(&self) -> Rate {
+            self.0.lock().expect("not poisoned").rate
+        }
+    }
+
+    let queues = Arc::new(Queues(Mutex::new(CakeConfig::default())));
+    let state = ControlState {
+        targets: vec![queues.clone()],
+        cake: Mutex::new(CakeConfig::default()),
+        started_with: Config::from_toml_str("").expect("the empty config loads"),
+        latest_text: Arc::new(Mutex::new("report".into())),
+        latest_json: Arc::new(Mutex::new("{}".into())),
+    };
+    // One command per line, as a client would send them over one connection each.
+    for line in String::from_utf8_lossy(data).lines().take(32) {
+        let reply = handle_command(&state, line);
+        assert!(
+            reply.starts_with("ok")
+                || reply.starts_with("error: ")
+                || reply == "report"
+                || reply == "{}",
+            "{line:?} -> {reply:?}"
+        );
+        let live = state.cake.lock().expect("not poisoned").clone();
+        live.validate()
+            .unwrap_or_else(|e| panic!("{line:?} left an invalid config: {e}"));
+        assert_eq!(
+            queues.rate(),
+            live.rate,
+            "{line:?}: the queues' rate and the state's differ"
+        );
+    }
+}
+
+/// `pcap_file`: any bytes are either refused with an error or read as frames that lie
+/// inside the input (no frame is invented, none is longer than the file).
+pub fn pcap_file(data: &[u8]) {
+    use forwarder::port::pcap::PcapFrames;
+    let path = std::path::Path::new("fuzz.pcap");
+    let Ok(frames) = PcapFrames::read(data, data.len() as u64, path) else {
+        return;
+    };
+    let mut total = 0usize;
+    for i in 0..frames.len() {
+        total += frames.frame(i).len();
+    }
+    assert!(
+        total <= data.len(),
+        "{total} frame bytes from {} input bytes",
+        data.len()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -447,6 +548,21 @@ mod tests {
     }
 
     #[test]
+    fn packet_spec_corpus_replays_cleanly() {
+        replay("packet_spec", super::packet_spec);
+    }
+
+    #[test]
+    fn control_command_corpus_replays_cleanly() {
+        replay("control_command", super::control_command);
+    }
+
+    #[test]
+    fn pcap_file_corpus_replays_cleanly() {
+        replay("pcap_file", super::pcap_file);
+    }
+
+    #[test]
     fn regressions_found_by_earlier_runs_replay_cleanly() {
         // Crashes that were fixed are kept under regressions/<target>/ as regression inputs.
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
@@ -455,6 +571,9 @@ mod tests {
             ("config_parse", super::config_parse),
             ("tc_options", super::tc_options),
             ("cake_ops", super::cake_ops),
+            ("packet_spec", super::packet_spec),
+            ("control_command", super::control_command),
+            ("pcap_file", super::pcap_file),
         ] {
             let Ok(dir) = std::fs::read_dir(root.join(target)) else {
                 continue;

@@ -93,12 +93,26 @@ impl PcapFrames {
             path: path.to_path_buf(),
             source,
         };
+        let file = File::open(path).map_err(open_err)?;
+        let len = file.metadata().map_err(open_err)?.len();
+        PcapFrames::read(BufReader::new(file), len, path)
+    }
+
+    /// Reads every frame from `input`, a whole pcap or pcapng file of `len` bytes; `path`
+    /// only names it in errors. [`PcapFrames::load`] is this on a file; the fuzz target
+    /// `pcap_file` drives it with arbitrary bytes.
+    ///
+    /// # Errors
+    /// As [`PcapFrames::load`], but for opening the file.
+    pub fn read<R: Read>(mut input: R, len: u64, path: &Path) -> Result<PcapFrames, PcapError> {
+        let open_err = |source| PcapError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
         let fmt_err = |e: pcap_file::PcapError| PcapError::Format {
             path: path.to_path_buf(),
             reason: e.to_string(),
         };
-        let mut file = File::open(path).map_err(open_err)?;
-        let len = file.metadata().map_err(open_err)?.len();
         let short_err = || PcapError::Short {
             path: path.to_path_buf(),
             len,
@@ -112,17 +126,18 @@ impl PcapFrames {
             }
         };
         let mut magic = [0u8; 4];
-        file.read_exact(&mut magic).map_err(|e| {
+        input.read_exact(&mut magic).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 short_err()
             } else {
                 open_err(e)
             }
         })?;
-        let file = File::open(path).map_err(open_err)?;
+        // The readers want the magic number too: put it back in front.
+        let input = (&magic[..]).chain(input);
         let mut frames = PcapFrames::default();
         if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
-            let mut r = PcapNgReader::new(BufReader::new(file)).map_err(header_err)?;
+            let mut r = PcapNgReader::new(input).map_err(header_err)?;
             while let Some(block) = r.next_block() {
                 match block {
                     Ok(Block::EnhancedPacket(p)) => frames.push(&p.data),
@@ -143,7 +158,7 @@ impl PcapFrames {
                 }
             }
         } else {
-            let mut r = PcapReader::new(BufReader::new(file)).map_err(header_err)?;
+            let mut r = PcapReader::new(input).map_err(header_err)?;
             let link = r.header().datalink;
             if link != DataLink::ETHERNET {
                 return Err(PcapError::NotEthernet {

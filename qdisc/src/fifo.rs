@@ -120,6 +120,7 @@ impl<P: Packet> Qdisc<P> for Fifo<P> {
                 dropped_packets: 1,
                 dropped_bytes: bytes,
                 reason: Some(DropReason::Overflow),
+                ack_filtered: 0,
             };
         }
         self.bands[band_for_dscp(meta.dscp)].push_back(pkt);

@@ -88,8 +88,26 @@ pub struct Enqueued {
     pub dropped_packets: u32,
     /// Bytes (wire length) dropped by this call.
     pub dropped_bytes: u64,
-    /// The reason for those drops; `None` when nothing was dropped.
+    /// The reason for those drops that are not `ack_filtered`; [`DropReason::AckFilter`]
+    /// when the ACK filter made every drop; `None` when nothing was dropped.
     pub reason: Option<DropReason>,
+    /// Of `dropped_packets`, the ACKs that the ACK filter replaced by a newer one. One
+    /// enqueue can both filter an ACK and overflow; the caller counts each under its own
+    /// reason (see [`Enqueued::drops_by_reason`]).
+    pub ack_filtered: u32,
+}
+
+impl Enqueued {
+    /// The drops of this call split by reason: `(reason, packets)` for the ACK filter's and
+    /// for the rest, each only when non-zero.
+    pub fn drops_by_reason(&self) -> impl Iterator<Item = (DropReason, u32)> {
+        let filtered = self.ack_filtered.min(self.dropped_packets);
+        let rest = self.dropped_packets - filtered;
+        let rest_reason = self.reason.unwrap_or(DropReason::Overflow);
+        [(DropReason::AckFilter, filtered), (rest_reason, rest)]
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+    }
 }
 
 /// What [`Qdisc::bypass_burst`] did with the front of a burst.
@@ -213,4 +231,35 @@ pub trait Qdisc<P: Packet> {
 
     /// When the shaper will next allow a packet, if something is queued and held back.
     fn next_wakeup(&self) -> Option<u64>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DropReason, Enqueued};
+
+    #[test]
+    fn an_enqueue_that_filters_an_ack_and_overflows_reports_each_drop_under_its_reason() {
+        let both = Enqueued {
+            dropped_packets: 3,
+            dropped_bytes: 1066,
+            reason: Some(DropReason::Overflow),
+            ack_filtered: 1,
+        };
+        let split: Vec<_> = both.drops_by_reason().collect();
+        assert_eq!(
+            split,
+            [(DropReason::AckFilter, 1), (DropReason::Overflow, 2)]
+        );
+        let only_acks = Enqueued {
+            dropped_packets: 1,
+            dropped_bytes: 66,
+            reason: Some(DropReason::AckFilter),
+            ack_filtered: 1,
+        };
+        assert_eq!(
+            only_acks.drops_by_reason().collect::<Vec<_>>(),
+            [(DropReason::AckFilter, 1)]
+        );
+        assert_eq!(Enqueued::default().drops_by_reason().count(), 0);
+    }
 }

@@ -1185,6 +1185,7 @@ impl<P: Packet> Cake<P> {
                 dropped_packets: 1,
                 dropped_bytes: u64::from(len),
                 reason: Some(DropReason::Overflow),
+                ack_filtered: 0,
             };
         };
         let ack_info = if self.ack_mode != AckFilterMode::Off {
@@ -1239,6 +1240,7 @@ impl<P: Packet> Cake<P> {
                 result.dropped_packets += 1;
                 result.dropped_bytes += u64::from(vlen);
                 result.reason = Some(DropReason::AckFilter);
+                result.ack_filtered += 1;
             }
         }
 

@@ -232,7 +232,9 @@ struct Counters {
     enqueued: u64,
     bypassed: u64,
     qdisc_drops: [u64; 6],
-    enqueue_dropped: u64,
+    /// Drops counted in `qdisc_drops` (at enqueue, and by a reconfigure's purge); the rest
+    /// of what left the qdisc without being dequeued is the AQM's.
+    reasoned_drops: u64,
     dequeued: u64,
     sent_bytes: u64,
     syncs: u64,
@@ -599,7 +601,13 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 p.sent_bytes.store(r.counters.sent_bytes, Ordering::Relaxed);
             }
         }
-        !r.qdisc.is_empty() || self.pending_flag.load(Ordering::Relaxed)
+        let run_needed = !r.qdisc.is_empty() || self.pending_flag.load(Ordering::Relaxed);
+        if !run_needed && r.counters.enqueued != self.published.enqueued.load(Ordering::Relaxed) {
+            // Packets went into the qdisc and none is left: it dropped them all (a packet
+            // over the memory limit, say). No run follows to publish that, so do it here.
+            self.publish_counters(r);
+        }
+        run_needed
     }
 
     /// Lets go of the runner lock after a burst; returns whether the caller must run.
@@ -781,7 +789,13 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             if let Ok(config) = pending.downcast::<Q::Config>() {
                 // Validated when requested, so this cannot fail; on a failure the qdisc is
                 // unchanged, which is the safe outcome anyway.
+                let before = r.qdisc.len();
                 let _ = r.qdisc.reconfigure(&config);
+                // A reconfigure may purge (CAKE empties the tins a new diffserv mode no
+                // longer has). Those packets are Overflow drops, as the qdisc's own stats
+                // count them, not AQM drops, which is what conservation alone would say.
+                let purged = before.saturating_sub(r.qdisc.len());
+                r.count_drops(DropReason::Overflow, purged as u64);
                 // The reconfigure set the full configured rate; the sync scales it back down.
                 r.sync.force = true;
             }
@@ -916,6 +930,11 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     fn publish(&self, r: &mut Runner<P, Q>, now_ns: u64) {
         self.note_delivery(r, now_ns);
         self.publish_backlog(r);
+        self.publish_counters(r);
+    }
+
+    /// The counters part of [`TxQueue::publish`].
+    fn publish_counters(&self, r: &Runner<P, Q>) {
         let c = &r.counters;
         let p = &self.published;
         p.enqueued.store(c.enqueued, Ordering::Relaxed);
@@ -926,7 +945,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         let qlen = r.qdisc.len() as u64;
         let inside = c
             .enqueued
-            .saturating_sub(c.enqueue_dropped + c.dequeued + qlen);
+            .saturating_sub(c.reasoned_drops + c.dequeued + qlen);
         p.dequeue_drops.store(inside, Ordering::Relaxed);
         p.dequeued.store(c.dequeued, Ordering::Relaxed);
         p.sent_bytes.store(c.sent_bytes, Ordering::Relaxed);
@@ -974,12 +993,19 @@ impl<P: Packet, Q: MqQdisc<P>> Runner<P, Q> {
     fn enqueue_one(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) {
         let result: Enqueued = self.qdisc.enqueue(now_ns, pkt, meta);
         self.counters.enqueued += 1;
-        if let Some(reason) = result.reason {
-            if let Some(i) = DropReason::ALL.iter().position(|r| *r == reason) {
-                self.counters.qdisc_drops[i] += u64::from(result.dropped_packets);
-            }
-            self.counters.enqueue_dropped += u64::from(result.dropped_packets);
+        // One enqueue can both filter an ACK and overflow: each drop under its own reason.
+        for (reason, packets) in result.drops_by_reason() {
+            self.count_drops(reason, u64::from(packets));
         }
+    }
+
+    /// Counts `packets` dropped for `reason` outside the dequeue (whose AQM drops are
+    /// derived by conservation in [`TxQueue::publish`]).
+    fn count_drops(&mut self, reason: DropReason, packets: u64) {
+        if let Some(i) = DropReason::ALL.iter().position(|r| *r == reason) {
+            self.counters.qdisc_drops[i] += packets;
+        }
+        self.counters.reasoned_drops += packets;
     }
 
     fn dequeue_into(&mut self, now_ns: u64, budget: usize, out: &mut Vec<P>) -> NextRun {

@@ -182,6 +182,7 @@ impl<P: Packet> Qdisc<P> for DrrFloor<P> {
                 dropped_packets: 1,
                 dropped_bytes: len,
                 reason: Some(DropReason::Overflow),
+                ack_filtered: 0,
             };
         }
         self.free_head = self.slab[s as usize].next;

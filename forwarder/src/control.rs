@@ -153,6 +153,10 @@ pub fn apply_reload(new: &Config) -> Vec<String> {
 }
 
 fn apply_cake(st: &ControlState, cake: CakeConfig) -> Result<(), String> {
+    // The queues running are the ones the process started with.
+    if let Some(why) = crate::config::autorate_conflict(&cake, st.started_with.engine.tx_queues) {
+        return Err(why);
+    }
     let mut cur = st.cake.lock().unwrap_or_else(|e| e.into_inner());
     let rate_only = CakeConfig {
         rate: cur.rate,
@@ -370,6 +374,31 @@ mod tests {
         assert_eq!(st.cake.lock().unwrap().rate.bytes_per_sec(), 1_000_000);
         assert!(handle_command(&st, "set rate unlimited").starts_with("ok"));
         assert!(handle_command(&st, "set rate 512bit").starts_with("ok"));
+    }
+
+    #[test]
+    fn autorate_ingress_is_refused_live_on_several_tx_queues_as_at_start() {
+        let probe = Arc::new(Probe::default());
+        let mut two_queues = Config::default();
+        two_queues.engine.tx_queues = 2;
+        let st = ControlState {
+            targets: vec![probe.clone()],
+            cake: Mutex::new(CakeConfig::default()),
+            started_with: two_queues,
+            latest_text: Arc::new(Mutex::new(String::new())),
+            latest_json: Arc::new(Mutex::new(String::new())),
+        };
+        let reply = handle_command(&st, "set autorate-ingress");
+        assert!(
+            reply.starts_with("error:") && reply.contains("tx_queues is 2"),
+            "{reply}"
+        );
+        assert!(!st.cake.lock().unwrap().autorate_ingress, "nothing changed");
+        assert_eq!(probe.reconfigs.load(Ordering::Relaxed), 0);
+        // One queue: allowed.
+        let st = state(probe.clone());
+        assert!(handle_command(&st, "set autorate-ingress").starts_with("ok"));
+        assert!(st.cake.lock().unwrap().autorate_ingress);
     }
 
     #[test]

@@ -762,6 +762,18 @@ impl Overrides {
     }
 }
 
+/// Why `cake` cannot run on `tx_queues` queues, if it cannot: autorate-ingress estimates
+/// the link rate from one instance's arrivals, but cake_mq's queues each see only part of
+/// the traffic and share one rate (Linux refuses `autorate-ingress` on cake_mq too,
+/// tc-testing 5f62). The config loader, the control socket and SIGHUP reload all ask this.
+pub fn autorate_conflict(cake: &CakeConfig, tx_queues: usize) -> Option<String> {
+    (cake.autorate_ingress && tx_queues > 1).then(|| {
+        format!(
+            "autorate-ingress needs one TX queue, but engine.tx_queues is {tx_queues}: the queues share one rate and each sees only part of the arrivals (Linux refuses it on cake_mq as well); set engine.tx_queues = 1 (--queues 1) or give a fixed rate"
+        )
+    })
+}
+
 /// Refuses a port key that the port's backend never reads (`--input` on a synth port, an
 /// `iface` on a pcap port), which would otherwise be silently ignored.
 fn check_port_keys(
@@ -904,6 +916,19 @@ impl Config {
             other => other,
         })?;
         check_port_keys(&raw.ports, overrides)?;
+        if let Some(message) = autorate_conflict(&shaper.cake, raw.engine.tx_queues) {
+            let key = "shaper.autorate_ingress";
+            let blame = overrides
+                .origin_of(key)
+                .or_else(|| overrides.origin_of("engine.tx_queues"));
+            return Err(ConfigError::Key {
+                key: match blame {
+                    Some(o) => format!("{} ({key})", o.flag),
+                    None => key.to_string(),
+                },
+                message,
+            });
+        }
         Ok(Config {
             shaper,
             ports: raw.ports,
@@ -956,6 +981,22 @@ mod tests {
 
     fn err(text: &str) -> String {
         Config::from_toml_str(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn autorate_ingress_on_several_tx_queues_is_refused_from_a_file_and_from_flags() {
+        let e = err("[shaper]\nautorate_ingress = true\n[engine]\ntx_queues = 4");
+        assert!(
+            e.starts_with("shaper.autorate_ingress: autorate-ingress needs one TX queue"),
+            "{e}"
+        );
+        let mut o = Overrides::default();
+        o.set("engine.tx_queues", 2, "--queues");
+        let e = Config::from_toml_with("[shaper]\nautorate-ingress = true", "f.toml", &o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--queues (shaper.autorate_ingress)"), "{e}");
+        assert!(Config::from_toml_str("[shaper]\nautorate_ingress = true").is_ok());
     }
 
     #[test]

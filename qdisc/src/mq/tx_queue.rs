@@ -587,6 +587,10 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         r.counters.sent_bytes += bypassed_bytes;
         let interval = self.shared.sync_interval_ns();
         if bypassed > 0 && now_ns.saturating_sub(r.sync.last_check_ns) >= interval {
+            // The burst's bytes, delivered at `now_ns`, reach the window in `publish`, after
+            // the sync closed it: they count in the next window. `run` does the same with
+            // what it dequeues after its sync, so every window holds the bytes of
+            // [start, end) and none is counted twice or lost.
             self.sync_if_due(r, now_ns);
             self.publish(r, now_ns);
         } else {

@@ -49,7 +49,8 @@ pub enum DropReason {
     AckFilter,
     /// The lock-free intake of a TX queue was full.
     IntakeFull,
-    /// The port's transmit ring was full.
+    /// A packet the shaper let out could not reach the port (in the forwarder: a bypassed
+    /// packet whose handoff to the core that owns the port was full).
     TxFull,
     /// The frame could not be parsed (forwarded anyway as non-IP; counted here only if dropped).
     Malformed,

@@ -231,8 +231,17 @@ pub fn handle_command(st: &ControlState, line: &str) -> String {
             }
         }
         _ => format!(
-            "error: unknown command '{line}'; use 'set rate <rate>', 'set diffserv <mode>', 'set overhead <n>', 'set flow-mode <mode>', 'stats' or 'stats json'"
+            "error: unknown command '{}'; use 'set rate <rate>', 'set diffserv <mode>', 'set overhead <n>', 'set flow-mode <mode>', 'stats' or 'stats json'",
+            shortened(line)
         ),
+    }
+}
+
+/// `line` as quoted back in an error: its first 60 characters.
+fn shortened(line: &str) -> String {
+    match line.char_indices().nth(60) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line.to_string(),
     }
 }
 
@@ -250,6 +259,11 @@ pub fn serve(
         let _ = std::fs::remove_file(path);
     }
     let listener = UnixListener::bind(path).map_err(bind_err)?;
+    // Owner only, whatever the umask: a command changes the shaping of the whole box.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_err)?;
+    }
     listener.set_nonblocking(true).map_err(bind_err)?;
     let path = path.to_path_buf();
     Ok(std::thread::spawn(move || {
@@ -263,20 +277,34 @@ pub fn serve(
     }))
 }
 
+/// Most bytes read from one connection: commands are a few words, and a client that sends
+/// an endless line must not grow the server's memory.
+const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+
 fn serve_one(s: UnixStream, st: &ControlState) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     let Ok(mut w) = s.try_clone() else { return };
-    for line in BufReader::new(s).lines() {
-        let Ok(line) = line else { break };
-        if line.trim().is_empty() {
-            continue;
+    let mut reader = BufReader::new(s.take(MAX_REQUEST_BYTES));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
         }
-        let mut reply = handle_command(st, line.trim());
+        let cut_off = !line.ends_with('\n') && reader.get_ref().limit() == 0;
+        let mut reply = if cut_off {
+            format!("error: more than {MAX_REQUEST_BYTES} bytes on one connection; send one short command per line")
+        } else if line.trim().is_empty() {
+            continue;
+        } else {
+            handle_command(st, line.trim())
+        };
         if !reply.ends_with('\n') {
             reply.push('\n');
         }
-        if w.write_all(reply.as_bytes()).is_err() {
+        if w.write_all(reply.as_bytes()).is_err() || cut_off {
             break;
         }
     }
@@ -431,5 +459,30 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         h.join().unwrap();
         assert!(client::send(&path, "stats").is_err());
+    }
+
+    #[test]
+    fn the_socket_is_the_owners_alone_and_an_endless_line_is_cut_off() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let probe = Arc::new(Probe::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = serve(&path, state(probe.clone()), stop.clone()).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        // A megabyte without a newline: the server stops reading at its limit and closes.
+        let mut s = UnixStream::connect(&path).unwrap();
+        let junk = vec![b'x'; 1 << 20];
+        let _ = s.write_all(&junk);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut reply = String::new();
+        let _ = s.read_to_string(&mut reply);
+        assert!(reply.len() < 1024, "{} bytes of reply", reply.len());
+        // And it still serves the next client.
+        let reply = client::send(&path, "set rate 16mbit").unwrap();
+        assert!(reply.starts_with("ok"), "{reply}");
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
     }
 }

@@ -112,16 +112,36 @@ pub enum Error {
     /// Changing the reservation needs root.
     #[error("changing hugepage reservations needs root: run `sudo hugepage-setup {0}`")]
     NotRoot(String),
-    /// The kernel reserved fewer pages than asked.
+    /// The request is more memory than the machine has.
     #[error(
-        "asked for {asked}, kernel reserved {got} ({size} pages{node}): memory is fragmented; \
-         try fewer pages or reboot-time hugepages (hugepages={asked} on the kernel command line)"
+        "{pages} {size} pages{per_node} is {need_mib} MiB, but the machine has {have_mib} MiB; \
+         ask for fewer pages (DPDK needs a few hundred MiB per port)"
+    )]
+    TooLarge {
+        /// Pages asked for (per node).
+        pages: u64,
+        /// Page size.
+        size: PageSize,
+        /// " on each of N nodes" or "".
+        per_node: String,
+        /// What the request adds up to.
+        need_mib: u64,
+        /// `MemTotal`.
+        have_mib: u64,
+    },
+    /// The kernel reserved fewer pages than asked; the reservation was put back as it was.
+    #[error(
+        "asked for {asked}, kernel reserved only {got} ({size} pages{node}): memory is fragmented; \
+         put the reservation back to {restored}; try fewer pages or reboot-time hugepages \
+         (hugepages={asked} on the kernel command line)"
     )]
     Fragmented {
         /// Pages asked for.
         asked: u64,
         /// Pages the kernel reserved.
         got: u64,
+        /// What the pool holds again (what it held before).
+        restored: u64,
         /// Page size.
         size: PageSize,
         /// " on node K" or "".
@@ -173,6 +193,8 @@ pub struct Snapshot {
     pub mounts: Vec<Mount>,
     /// The default hugepage size (`Hugepagesize:` in `proc/meminfo`), if known.
     pub default_size: Option<PageSize>,
+    /// The machine's memory (`MemTotal:` in `proc/meminfo`), in KiB, if known.
+    pub mem_total_kib: Option<u64>,
 }
 
 fn read_u64(path: &Path) -> Option<u64> {
@@ -246,19 +268,19 @@ impl Snapshot {
         let mounts = std::fs::read_to_string(root.join("proc/mounts"))
             .map(|m| parse_mounts(&m))
             .unwrap_or_default();
-        let default_size = std::fs::read_to_string(root.join("proc/meminfo"))
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("Hugepagesize:"))
-                    .and_then(|v| v.trim().strip_suffix("kB"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .map(|kib| PageSize { kib })
-            });
+        let meminfo = std::fs::read_to_string(root.join("proc/meminfo")).unwrap_or_default();
+        let kib_of = |key: &str| -> Option<u64> {
+            meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().strip_suffix("kB"))
+                .and_then(|v| v.trim().parse().ok())
+        };
         Ok(Snapshot {
             pools,
             mounts,
-            default_size,
+            default_size: kib_of("Hugepagesize:").map(|kib| PageSize { kib }),
+            mem_total_kib: kib_of("MemTotal:"),
         })
     }
 
@@ -441,6 +463,29 @@ pub fn plan(snap: &Snapshot, req: &Request) -> Result<Vec<Action>, Error> {
         Request::Reserve { pages, size, node } => {
             check_size(size)?;
             check_node(node)?;
+            // Refused before any write: the kernel would take what it can (all free memory,
+            // the rest of the machine starving meanwhile) and then fall short anyway.
+            if let Some(mem_kib) = snap.mem_total_kib {
+                let pools = snap
+                    .pools
+                    .iter()
+                    .filter(|p| p.size == size && (node.is_none() || p.node == node))
+                    .count() as u64;
+                let need_kib = pages.saturating_mul(size.kib).saturating_mul(pools.max(1));
+                if need_kib > mem_kib {
+                    return Err(Error::TooLarge {
+                        pages,
+                        size,
+                        per_node: if pools > 1 {
+                            format!(" on each of {pools} nodes")
+                        } else {
+                            String::new()
+                        },
+                        need_mib: need_kib / 1024,
+                        have_mib: mem_kib / 1024,
+                    });
+                }
+            }
             for p in &snap.pools {
                 if p.size == size && (node.is_none() || p.node == node) && p.reserved < pages {
                     actions.push(Action::SetPages {
@@ -522,8 +567,8 @@ pub fn apply(sys: &mut dyn System, actions: &[Action], command: &str) -> Result<
                 path,
                 node,
                 size,
+                from,
                 to,
-                ..
             } => {
                 sys.write(path, &format!("{to}\n"))
                     .map_err(|source| Error::Io {
@@ -542,9 +587,18 @@ pub fn apply(sys: &mut dyn System, actions: &[Action], command: &str) -> Result<
                     .parse::<u64>()
                     .unwrap_or(0);
                 if got < *to {
+                    // Do not leave a partial reservation behind: it holds memory the rest
+                    // of the machine needs and is still not what was asked for.
+                    let restored = if to > from {
+                        let _ = sys.write(path, &format!("{from}\n"));
+                        *from
+                    } else {
+                        got
+                    };
                     return Err(Error::Fragmented {
                         asked: *to,
                         got,
+                        restored,
                         size: *size,
                         node: node.map(|n| format!(" on node {n}")).unwrap_or_default(),
                     });
@@ -630,7 +684,7 @@ mod tests {
         std::fs::write(t.path().join("proc/mounts"), mounts).unwrap();
         std::fs::write(
             t.path().join("proc/meminfo"),
-            "MemTotal: 1 kB\nHugepagesize:    2048 kB\n",
+            "MemTotal: 16777216 kB\nHugepagesize:    2048 kB\n",
         )
         .unwrap();
         t
@@ -801,18 +855,50 @@ mod tests {
     }
 
     #[test]
-    fn a_short_reservation_says_memory_is_fragmented() {
-        let t = tree(1, 0, true);
+    fn a_short_reservation_says_memory_is_fragmented_and_puts_the_old_one_back() {
+        let t = tree(1, 64, true);
         let mut k = kernel(&t, 300);
         let p = plan(&Snapshot::read(t.path()).unwrap(), &RESERVE_512).unwrap();
         let err = apply(&mut k, &p, "reserve --pages 512")
             .unwrap_err()
             .to_string();
         assert!(
-            err.starts_with("asked for 512, kernel reserved 300")
-                && err.contains("memory is fragmented; try fewer pages or reboot-time hugepages"),
+            err.starts_with("asked for 512, kernel reserved only 300")
+                && err.contains(
+                    "memory is fragmented; put the reservation back to 64; try fewer pages"
+                ),
             "{err}"
         );
+        let after = Snapshot::read(t.path()).unwrap();
+        assert_eq!(
+            after.pools[0].reserved, 64,
+            "the partial 300 is not left behind"
+        );
+    }
+
+    #[test]
+    fn a_reservation_larger_than_the_machine_is_refused_before_any_write() {
+        // 16 GiB of memory in the fake tree; 2 nodes x 5000 x 2 MiB = 20000 MiB.
+        let t = tree(2, 0, true);
+        let big = Request::Reserve {
+            pages: 5000,
+            size: PageSize::TWO_MB,
+            node: None,
+        };
+        let err = plan(&Snapshot::read(t.path()).unwrap(), &big)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "5000 2M pages on each of 2 nodes is 20000 MiB, but the machine has 16384 MiB; \
+             ask for fewer pages (DPDK needs a few hundred MiB per port)"
+        );
+        let one_node = Request::Reserve {
+            pages: 5000,
+            size: PageSize::TWO_MB,
+            node: Some(1),
+        };
+        assert!(plan(&Snapshot::read(t.path()).unwrap(), &one_node).is_ok());
     }
 
     #[test]

@@ -93,10 +93,7 @@ fn rate_arg(s: &str) -> Result<String, String> {
 }
 
 fn duration_arg(s: &str) -> Result<String, String> {
-    if s.trim() == "0" {
-        return Ok(s.to_string());
-    }
-    units::parse_duration_ns(s)
+    units::parse_run_length_ns(s)
         .map(|_| s.to_string())
         .map_err(|e| e.to_string())
 }

@@ -255,6 +255,15 @@ fn bad_command_line_values_exit_2_with_the_fix() {
         "{}",
         stderr(&o)
     );
+
+    // A bare number would be tc's microseconds: a run of 10 us is never what was meant.
+    let o = cakewalk(&["run", "--duration", "10"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("'10' has no unit; give one, such as '10s'"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -367,7 +376,7 @@ fn a_control_socket_that_cannot_be_created_stops_the_run() {
         "--control",
         "/nonexistent-cakewalk-dir/ctl.sock",
         "--duration",
-        "1",
+        "1s",
     ]);
     assert!(!o.status.success(), "{}", stdout(&o));
     let err = stderr(&o);

@@ -26,6 +26,13 @@ pub enum UnitError {
         /// What was given.
         value: String,
     },
+    /// A run length (how long to run or to drain) given as a bare number, which tc's
+    /// convention would read as microseconds.
+    #[error("'{value}' has no unit; give one, such as '{value}s' or '500ms' (a bare number would be microseconds here, as in tc)")]
+    NoUnit {
+        /// What was given.
+        value: String,
+    },
     /// Not a size.
     #[error("size '{value}' is not a size; try '32mb', '64k' or '4096' (bytes)")]
     NotASize {
@@ -246,6 +253,30 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, UnitError> {
         });
     }
     Ok(ns as u64)
+}
+
+/// Parses a run length (`engine.duration`, `engine.drain_timeout`): as
+/// [`parse_duration_ns`], but a bare number other than 0 is refused, since `--duration 10`
+/// meaning ten microseconds (tc's unit) would stop the run before it started.
+///
+/// # Errors
+/// [`UnitError::NoUnit`] for a bare number, else as [`parse_duration_ns`].
+///
+/// # Examples
+/// ```
+/// use forwarder::config::units::parse_run_length_ns;
+/// assert_eq!(parse_run_length_ns("10s").unwrap(), 10_000_000_000);
+/// assert_eq!(parse_run_length_ns("0").unwrap(), 0);
+/// assert!(parse_run_length_ns("10").unwrap_err().to_string().contains("'10s'"));
+/// ```
+pub fn parse_run_length_ns(s: &str) -> Result<u64, UnitError> {
+    let t = s.trim();
+    match split_number(t) {
+        Some((n, "")) if n != 0.0 => Err(UnitError::NoUnit {
+            value: t.to_string(),
+        }),
+        _ => parse_duration_ns(t),
+    }
 }
 
 /// [`parse_duration_ns`] as a [`std::time::Duration`].

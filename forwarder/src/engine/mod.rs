@@ -137,12 +137,12 @@ impl EngineConfig {
             if t.is_empty() || t == "0" {
                 return Ok(None);
             }
-            crate::config::units::parse_duration_ns(t)
+            crate::config::units::parse_run_length_ns(t)
                 .map(Some)
                 .map_err(|_| EngineError::BadSetting {
                     name,
                     value: s.to_string(),
-                    hint: "a duration like '10s' or '500ms', or '0' for none",
+                    hint: "a duration with its unit, like '10s' or '500ms', or '0' for none",
                 })
         };
         if self.workers == 0 || self.workers > 256 {

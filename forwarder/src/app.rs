@@ -349,6 +349,14 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
         tx.push(ptx);
     }
     let forward = vec![Some(1), cfg.bidirectional.then_some(0)];
+    // Only a pcap port without an input file receives nothing; a run with no port that
+    // receives and forwards would end at once having done nothing, so say why instead.
+    if !(0..2).any(|p| !rx[p].is_empty() && forward[p].is_some()) {
+        bail!(
+            "nothing to forward: port {} is a pcap port without an input file; give one with --input FILE (ports.a.input)",
+            cfg.port_name(0)
+        );
+    }
     Ok(SoftPorts {
         ports: EnginePorts { rx, tx, forward },
         synth,

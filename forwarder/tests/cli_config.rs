@@ -267,6 +267,17 @@ fn bad_command_line_values_exit_2_with_the_fix() {
 }
 
 #[test]
+fn a_pcap_run_without_an_input_file_says_there_is_nothing_to_forward() {
+    let o = cakewalk(&["run", "--port-kind", "pcap", "--duration", "1s"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("nothing to forward: port a is a pcap port without an input file; give one with --input FILE"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn run_with_a_bad_config_stops_before_forwarding() {
     let dir = tempfile::tempdir().unwrap();
     let f = write(dir.path(), "bad.toml", "[shaper]\nqueue = \"red\"\n");

@@ -451,6 +451,16 @@ impl Report {
             );
         }
         for q in &self.queues {
+            // A queue that never saw a packet (port a's queues when only a sends) is one
+            // line; its tins, all zero, are in the JSON report.
+            let idle = q.bypass == 0
+                && q.enqueued == 0
+                && q.queued == 0
+                && q.drops.values().all(|n| *n == 0);
+            if idle {
+                let _ = writeln!(out, "queue {}/{}: idle", q.port, q.queue);
+                continue;
+            }
             let drops: Vec<String> = q
                 .drops
                 .iter()
@@ -473,7 +483,12 @@ impl Report {
                 q.queued,
                 if drops.is_empty() { "0".into() } else { drops.join(", ") }
             );
-            for t in &q.tins {
+            // Tins that carried nothing stay out of the text (a diffserv8 queue has eight).
+            let used = q.tins.iter().filter(|t| {
+                t.sent_packets + t.dropped_packets + t.ecn_marked_packets + t.backlog_bytes > 0
+                    || t.sparse_flows + t.bulk_flows > 0
+            });
+            for t in used {
                 let _ = writeln!(
                     out,
                     "  tin {}: sent {} pkts {} bytes, dropped {}, marks {}, sparse {} bulk {}, sojourn p50 {} p99 {} p99.9 {} max {}",

@@ -599,6 +599,27 @@ mod tests {
     }
 
     #[test]
+    fn the_final_text_shows_an_idle_queue_as_one_line_and_only_tins_that_carried_traffic() {
+        let mut r = report(true, 7);
+        r.queues[0].tins.push(TinSnapshot {
+            name: "Voice".into(),
+            sent_packets: 6,
+            ..TinSnapshot::default()
+        });
+        let mut idle = r.queues[0].clone();
+        idle.queue = 1;
+        idle.bypass = 0;
+        idle.enqueued = 0;
+        idle.dequeued = 0;
+        idle.drops.values_mut().for_each(|n| *n = 0);
+        r.queues.push(idle);
+        let text = r.final_text();
+        assert!(text.contains("\n  tin Voice: sent 6 pkts"), "{text}");
+        assert!(!text.contains("tin Best Effort"), "{text}");
+        assert!(text.contains("\nqueue a/1: idle\n"), "{text}");
+    }
+
+    #[test]
     fn prometheus_text_uses_cakewalk_names_and_labels() {
         let text = prometheus::render(&report(true, 7));
         assert!(

@@ -317,6 +317,15 @@ impl Packet for PoolBuf {
         self.0.as_ref().map_or(0, |f| f.len)
     }
 
+    /// The whole buffer, as an mbuf's `buf_len` or the kernel's `truesize`: CAKE's memory
+    /// limit then bounds the pool buffers a queue holds. Counting only the frame let a
+    /// queue of small frames hold more buffers than the pool has, so the pool ran dry and
+    /// the receive side, not CAKE, chose what to drop (and the queue stayed full: delay).
+    #[inline]
+    fn footprint(&self) -> usize {
+        self.0.as_ref().map_or(0, |f| f.data.len())
+    }
+
     #[inline]
     fn set_ce(&mut self) -> bool {
         crate::wire::set_ce(self.data_mut())
@@ -362,6 +371,35 @@ mod tests {
         drop(a);
         drop(b);
         assert_eq!(pool.available(), 4);
+    }
+
+    #[test]
+    fn a_buffer_weighs_its_whole_size_in_the_qdisc_memory_limit() {
+        let pool = Pool::new(4, 2048);
+        let small = pool.alloc_copy(&[0; 64]).unwrap();
+        assert_eq!(Packet::len(&small), 64);
+        assert_eq!(small.footprint(), 2048);
+        // So CAKE at its 4 MiB minimum holds at most 2048 of them, whatever their size.
+        let mut cake: qdisc::cake::Cake<PoolBuf> =
+            qdisc::cake::Cake::new(&qdisc::cake::CakeConfig {
+                memlimit: Some(8 * 1024),
+                ..qdisc::cake::CakeConfig::default()
+            })
+            .unwrap();
+        let pool = Pool::new(16, 2048);
+        let meta = qdisc::testing::udp_meta(1, 2, 3, 0);
+        let mut dropped = 0;
+        for _ in 0..16 {
+            let r = qdisc::Qdisc::enqueue(&mut cake, 0, pool.alloc_copy(&[0; 64]).unwrap(), &meta);
+            dropped += r.dropped_packets;
+        }
+        assert_eq!(
+            qdisc::Qdisc::len(&cake),
+            4,
+            "8 KiB holds four 2 KiB buffers"
+        );
+        assert_eq!(dropped, 12);
+        assert_eq!(pool.available(), 12, "the dropped buffers went home");
     }
 
     #[test]

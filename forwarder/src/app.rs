@@ -395,8 +395,38 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         }
         return run_dpdk(&config);
     }
+    if let Some(w) = pool_warning(&config) {
+        eprintln!("warning: {w}");
+    }
     let soft = build_soft_ports(&config.ports, ecfg.tx_queues)?;
     supervise(&config, soft.ports, soft.synth, soft.backend, None)
+}
+
+/// When one port's TX queues together may hold more buffers than the pool that feeds them
+/// has, an overload empties the pool first: receiving stalls and the ring, not CAKE, picks
+/// what to drop, while CAKE's queues stay full. Says so, and what to change.
+pub fn pool_warning(config: &Config) -> Option<String> {
+    if config.shaper.queue != QueueKind::Cake {
+        return None;
+    }
+    let cake = config.to_cake_config();
+    // The limit at the full configured rate: a queue's share is never above it.
+    let limit_bytes = qdisc::cake::Cake::<PoolBuf>::new(&cake)
+        .ok()?
+        .stats()
+        .memory_limit;
+    let per_queue =
+        (limit_bytes / config.ports.buffer_size.max(1) as u64).min(u64::from(cake.packet_limit));
+    let queues = config.engine.tx_queues as u64;
+    let can_hold = per_queue.saturating_mul(queues);
+    let pool = config.ports.pool_buffers as u64;
+    (can_hold > pool).then(|| {
+        format!(
+            "the {queues} TX queue(s) of a port may hold up to {can_hold} buffers (CAKE's memory limit {:.1} MiB per queue, {} bytes per buffer), more than the {pool} of the pool that feeds them: under overload the pool runs dry and receiving stalls before CAKE drops anything; raise ports.pool_buffers to {can_hold} or lower shaper.memlimit",
+            limit_bytes as f64 / f64::from(1u32 << 20),
+            config.ports.buffer_size,
+        )
+    })
 }
 
 #[cfg(not(feature = "dpdk"))]
@@ -626,4 +656,34 @@ fn supervise<P: PortBuf>(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queues_that_can_hold_more_buffers_than_the_pool_are_warned_about() {
+        let at = |queues: usize, extra: &str| {
+            let c = Config::from_toml_str(&format!(
+                "[shaper]\nrate = \"100mbit\"\n{extra}\n[engine]\ntx_queues = {queues}"
+            ))
+            .unwrap();
+            pool_warning(&c)
+        };
+        // 100 Mbit/s: a 5 MB memory limit per queue, 2441 buffers of 2 KiB; the pool has 16384.
+        assert_eq!(at(6, ""), None);
+        let w = at(9, "").expect("9 x 2441 > 16384");
+        assert!(
+            w.starts_with("the 9 TX queue(s) of a port may hold up to 21969 buffers")
+                && w.contains("raise ports.pool_buffers to 21969 or lower shaper.memlimit"),
+            "{w}"
+        );
+        assert_eq!(at(9, "memlimit = \"2mb\""), None, "a lower memlimit fits");
+        assert_eq!(
+            at(9, "queue = \"fifo\""),
+            None,
+            "the FIFO has its own small limit"
+        );
+    }
 }

@@ -643,9 +643,8 @@ fn supervise<P: PortBuf>(
         let _ = h.join();
     }
     control::install(None);
-    println!("stopped: {stop_reason}");
-    print!("{}", r.final_text());
-    let _ = std::io::stdout().flush();
+    // A closed stdout (piped into `head`) must not turn a clean stop into a panic.
+    let _ = crate::cli::out(&format!("stopped: {stop_reason}\n{}", r.final_text()));
     if panicked > 0 {
         bail!("{panicked} worker thread(s) panicked; the report above is incomplete");
     }

@@ -392,6 +392,23 @@ pub enum CtlSet {
 /// Runs the parsed command line. Returns the process exit code.
 ///
 /// # Errors
+/// Writes `text` to standard output. A reader that went away (`cakewalk ctl stats | head`)
+/// ends the output quietly, as SIGPIPE would end a C tool, instead of a panic in `print!`.
+///
+/// # Errors
+/// Any other write error.
+pub fn out(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// Anything that stops the command; `main` prints it as `error: {e:#}`.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
@@ -408,14 +425,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckConfig(args) => {
             let overrides = args.overrides.to_overrides()?;
             let config = Config::load(Some(&args.file), &overrides)?;
-            print!("{}", config.effective());
+            out(&config.effective())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain(args) => explain_cmd(args),
         Command::FromTc(args) => {
             let input = args.words.join(" ");
             if input.trim() == "help" {
-                println!("{}", config::keywords::USAGE);
+                out(&format!("{}\n", config::keywords::USAGE))?;
                 return Ok(ExitCode::SUCCESS);
             }
             let toml = config::tc::to_toml(&input)
@@ -425,7 +442,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Config::from_toml_str(&toml).with_context(|| {
                 format!("tc options '{input}' convert to a [shaper] section cakewalk refuses")
             })?;
-            print!("{toml}");
+            out(&toml)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Ctl(args) => ctl_cmd(args),
@@ -452,12 +469,12 @@ fn preflight_cmd(args: PreflightArgs) -> anyhow::Result<ExitCode> {
     }
     let report = crate::preflight::run(&opts);
     if args.json {
-        println!(
-            "{}",
+        out(&format!(
+            "{}\n",
             serde_json::to_string_pretty(&report).context("encoding the report as JSON")?
-        );
+        ))?;
     } else {
-        println!("{report}");
+        out(&format!("{report}\n"))?;
     }
     Ok(if report.may_start() {
         ExitCode::SUCCESS
@@ -490,7 +507,7 @@ fn explain_cmd(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let spec = explain::PacketSpec::parse(&spec_text)?;
     let queues = config.engine.tx_queues.max(1);
     let e = explain::explain_queue(&spec, config.shaper.queue, &config.to_cake_config(), queues)?;
-    print!("{e}");
+    out(&e.to_string())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -532,6 +549,6 @@ fn ctl_cmd(args: CtlArgs) -> anyhow::Result<ExitCode> {
     if let Some(err) = reply.strip_prefix("error: ") {
         anyhow::bail!("the forwarder refused '{command}': {err}");
     }
-    println!("{reply}");
+    out(&format!("{reply}\n"))?;
     Ok(ExitCode::SUCCESS)
 }

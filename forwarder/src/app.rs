@@ -275,7 +275,7 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                         PcapFrames::load(input).with_context(|| format!("port {name}"))?,
                     );
                     if frames.truncated() {
-                        eprintln!(
+                        crate::log_line!(
                             "warning: port {name}: '{}' ends in the middle of a frame (the capture was cut short); replaying its {} complete frames",
                             input.display(),
                             frames.len()
@@ -396,7 +396,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         return run_dpdk(&config);
     }
     if let Some(w) = pool_warning(&config) {
-        eprintln!("warning: {w}");
+        crate::log_line!("warning: {w}");
     }
     let soft = build_soft_ports(&config.ports, ecfg.tx_queues)?;
     supervise(&config, soft.ports, soft.synth, soft.backend, None)
@@ -469,7 +469,7 @@ fn run_dpdk(config: &Config) -> anyhow::Result<()> {
     let hook: WorkerHook = Arc::new(move |_w| match hook_eal.register_thread() {
         Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
         Err(e) => {
-            eprintln!("warning: worker not registered as a DPDK lcore: {e}");
+            crate::log_line!("warning: worker not registered as a DPDK lcore: {e}");
             Box::new(())
         }
     });
@@ -536,7 +536,7 @@ fn supervise<P: PortBuf>(
             Ok(h) => aux.push(h),
             // The default socket is a convenience (its directory may not be writable
             // without root); a socket the operator named is a requirement.
-            Err(e) if scfg.control_socket.is_empty() => eprintln!("warning: {e}"),
+            Err(e) if scfg.control_socket.is_empty() => crate::log_line!("warning: {e}"),
             Err(e) => return Err(e.into()),
         }
     }
@@ -589,7 +589,7 @@ fn supervise<P: PortBuf>(
                 h.reset();
                 p
             });
-            eprintln!("{}", r.live_line(delay));
+            crate::log_line!("{}", r.live_line(delay));
         }
     };
 

@@ -8,6 +8,17 @@
 //! a running forwarder without losing packets.
 #![deny(unsafe_code)]
 
+/// `eprintln!` that ignores a closed standard error: the forwarder keeps forwarding when
+/// whatever read its log (`| head`, a restarted log shipper) went away, where `eprintln!`
+/// would panic and stop it.
+#[macro_export]
+macro_rules! log_line {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod app;
 pub mod classify;
 pub mod cli;

@@ -10,7 +10,7 @@ fn main() -> ExitCode {
     match forwarder::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            forwarder::log_line!("error: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -273,14 +273,14 @@ impl Reloader {
                 let mut current = started.clone();
                 for _ in signals.forever() {
                     let Some(p) = &path else {
-                        eprintln!(
+                        crate::log_line!(
                             "reload: started without --config, nothing to re-read; SIGHUP ignored"
                         );
                         continue;
                     };
                     let out = reload_once(p, &overrides, &mut current, &started);
                     for line in out.log_lines(&p.display().to_string()) {
-                        eprintln!("{line}");
+                        crate::log_line!("{line}");
                     }
                     *last_t.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
                 }

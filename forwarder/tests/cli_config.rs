@@ -419,3 +419,25 @@ fn an_option_given_twice_is_refused_instead_of_the_last_one_winning() {
         "{err}"
     );
 }
+
+#[test]
+fn a_run_whose_log_reader_goes_away_keeps_running_and_stops_cleanly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    // As `cakewalk run 2>&1 | head -1`: the reader takes the first live line and leaves.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cakewalk"))
+        .args(["run", "--duration", "3s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains(" rx "), "{first}");
+    drop(child.stdout.take());
+    // Both pipes are closed now; later live lines and the final report go nowhere.
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}

@@ -360,7 +360,7 @@ impl PortTx for PcapTx {
                     Ok(()) => self.written += 1,
                     Err(e) => {
                         if self.errors == 0 {
-                            eprintln!(
+                            crate::log_line!(
                                 "error: pcap output write failed: {e}; later frames may be lost"
                             );
                         }
@@ -383,7 +383,7 @@ impl PortTx for PcapTx {
             let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(w) = s.writer.take() {
                 if let Err(e) = std::io::Write::flush(&mut w.into_writer()) {
-                    eprintln!("error: flushing pcap output failed: {e}");
+                    crate::log_line!("error: flushing pcap output failed: {e}");
                 }
             }
         }

@@ -523,7 +523,7 @@ impl Drop for AfPacketRx {
         self.publish();
         let (t, iface, q) = (&self.tally, &self.iface, self.queue);
         if t.oversize > 0 {
-            eprintln!(
+            crate::log_line!(
                 "warning: afpacket '{iface}' rx queue {q}: dropped {} frames longer than the \
                  {}-byte buffers (GRO/GSO super-frames?); turn GRO off on '{iface}' \
                  (ethtool -K {iface} gro off) and offloads off on the hosts sending into it \
@@ -533,7 +533,7 @@ impl Drop for AfPacketRx {
             );
         }
         if t.kernel_drops > 0 {
-            eprintln!(
+            crate::log_line!(
                 "warning: afpacket '{iface}' rx queue {q}: the kernel dropped {} frames before \
                  cakewalk read them (socket buffer full: the worker fell behind)",
                 t.kernel_drops
@@ -629,10 +629,12 @@ impl Drop for AfPacketTx {
     /// Says on stderr, once, when the kernel refused frames for good.
     fn drop(&mut self) {
         if self.tally.errors > 0 {
-            eprintln!(
+            crate::log_line!(
                 "warning: afpacket '{}' tx queue {}: the kernel refused {} frames (larger than \
                  the interface MTU, or the interface went down)",
-                self.iface, self.queue, self.tally.errors
+                self.iface,
+                self.queue,
+                self.tally.errors
             );
         }
     }
@@ -708,7 +710,7 @@ mod tests {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let missing = missing_capabilities(&status);
         if !missing.is_empty() {
-            eprintln!(
+            crate::log_line!(
                 "SKIP: needs root ({} missing); run scripts/test lab as root",
                 missing.join(", ")
             );

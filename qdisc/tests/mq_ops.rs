@@ -7,12 +7,15 @@
 //! publish it) the queue's published counters must account for every packet offered:
 //! `offered = bypassed + dequeued + drops + waiting`, and each drop reason must match what
 //! CAKE itself counted (AQM drops, which the queue derives by conservation, included).
+//! Bytes must close too: `offered bytes = sent bytes + dropped bytes + waiting bytes`,
+//! checked whenever the intake is empty (the queue does not publish what its intake holds
+//! in bytes) and always after the final drain.
 
 use proptest::prelude::*;
 use qdisc::cake::{AckFilterMode, Cake, CakeConfig, DiffservMode};
 use qdisc::mq::{BurstOutcome, Intake, TxQueue, TxQueueOptions};
 use qdisc::testing::{udp_meta, TestPacket};
-use qdisc::{DropReason, PacketMeta, Rate, TcpAckInfo};
+use qdisc::{DropReason, PacketMeta, Qdisc, Rate, TcpAckInfo};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -24,6 +27,13 @@ enum Op {
     },
     /// `n` packets of one flow through `TxQueue::enqueue_burst`.
     Burst {
+        flow: u32,
+        n: usize,
+        len: usize,
+        ack: bool,
+    },
+    /// `n` packets of one flow through `TxQueue::enqueue_burst_into` (the engine's path).
+    BurstInto {
         flow: u32,
         n: usize,
         len: usize,
@@ -51,6 +61,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(flow, len, ack)| Op::Offer { flow, len, ack }),
         3 => (0..6u32, 1..24usize, 40..1600usize, any::<bool>())
             .prop_map(|(flow, n, len, ack)| Op::Burst { flow, n, len, ack }),
+        3 => (0..6u32, 1..24usize, 40..1600usize, any::<bool>())
+            .prop_map(|(flow, n, len, ack)| Op::BurstInto { flow, n, len, ack }),
         4 => (1..48usize).prop_map(|budget| Op::Run { budget }),
         3 => (0..3_000_000u64).prop_map(|ns| Op::Advance { ns }),
         1 => (0..4u8).prop_map(|rate| Op::SetRate { rate }),
@@ -117,6 +129,37 @@ struct Tally {
     bypassed: u64,
     transmitted: u64,
     handed_back: u64,
+    offered_bytes: u64,
+    /// Bytes of what bypassed or was transmitted.
+    sent_bytes: u64,
+    handed_back_bytes: u64,
+}
+
+impl Tally {
+    fn offer(&mut self, p: &TestPacket) {
+        self.offered += 1;
+        self.offered_bytes += p.len as u64;
+    }
+
+    fn intake(&mut self, r: Intake<TestPacket>) {
+        match r {
+            Intake::Bypass(p) => {
+                self.bypassed += 1;
+                self.sent_bytes += p.len as u64;
+            }
+            Intake::Queued => {}
+            Intake::Dropped(_, p) => {
+                self.handed_back += 1;
+                self.handed_back_bytes += p.len as u64;
+            }
+        }
+    }
+
+    fn transmit(&mut self, out: &mut Vec<TestPacket>) {
+        self.transmitted += out.len() as u64;
+        self.sent_bytes += out.iter().map(|p| p.len as u64).sum::<u64>();
+        out.clear();
+    }
 }
 
 fn check(q: &TxQueue<TestPacket, Cake<TestPacket>>, tally: &Tally, when: &str) {
@@ -130,9 +173,28 @@ fn check(q: &TxQueue<TestPacket, Cake<TestPacket>>, tally: &Tally, when: &str) {
     assert_eq!(tally.bypassed, s.bypassed, "{when}: bypassed");
     assert_eq!(tally.transmitted, s.dequeued, "{when}: dequeued");
     assert_eq!(tally.handed_back, s.intake_full, "{when}: intake drops");
-    let cake = q
-        .try_with_qdisc(|c| c.stats().drops)
+    let (cake, cake_drop_bytes, qlen, backlog_bytes) = q
+        .try_with_qdisc(|c| {
+            let st = c.stats();
+            (
+                st.drops,
+                st.dropped_bytes_total(),
+                c.len(),
+                c.backlog_bytes(),
+            )
+        })
         .expect("nothing else holds the queue");
+    // Bytes: whatever left (bypassed or dequeued) is in `sent_bytes`, whatever the qdisc
+    // dropped (at enqueue, purged or in dequeue) in CAKE's drop bytes, the intake's drops
+    // came back to the test. Only when the intake holds nothing is the rest all in CAKE.
+    if qlen as u64 == waiting {
+        assert_eq!(
+            tally.offered_bytes,
+            s.sent_bytes + cake_drop_bytes + tally.handed_back_bytes + backlog_bytes,
+            "{when}: offered bytes = sent + dropped + waiting; {s:?}, waiting {backlog_bytes} B"
+        );
+    }
+    assert_eq!(tally.sent_bytes, s.sent_bytes, "{when}: sent bytes");
     let at = |r: DropReason| DropReason::ALL.iter().position(|x| *x == r).unwrap();
     for reason in [DropReason::Overflow, DropReason::AckFilter] {
         assert_eq!(
@@ -176,17 +238,11 @@ proptest! {
             match *op {
                 Op::Offer { flow, len, ack } => {
                     seq += 1;
-                    tally.offered += 1;
-                    match q.enqueue(now, packet(flow, seq, len, ack), &meta(flow)) {
-                        Intake::Bypass(_) => tally.bypassed += 1,
-                        Intake::Queued => {}
-                        Intake::Dropped(_, _) => tally.handed_back += 1,
-                    }
+                    let p = packet(flow, seq, len, ack);
+                    tally.offer(&p);
+                    tally.intake(q.enqueue(now, p, &meta(flow)));
                     // The call protocol: a run after every single offer.
-                    q.run(now, 64, &mut out, |o| {
-                        tally.transmitted += o.len() as u64;
-                        o.clear();
-                    });
+                    q.run(now, 64, &mut out, |o| tally.transmit(o));
                     check(&q, &tally, &when);
                 }
                 Op::Burst { flow, n, len, ack } => {
@@ -197,21 +253,45 @@ proptest! {
                             (packet(flow, seq, len, ack), &m)
                         })
                         .collect();
-                    tally.offered += n as u64;
-                    let outcome: BurstOutcome = q.enqueue_burst(now, pkts, |r| match r {
-                        Intake::Bypass(_) => tally.bypassed += 1,
-                        Intake::Queued => {}
-                        Intake::Dropped(_, _) => tally.handed_back += 1,
-                    });
+                    for (p, _) in &pkts {
+                        tally.offer(p);
+                    }
+                    let outcome: BurstOutcome = q.enqueue_burst(now, pkts, |r| tally.intake(r));
+                    if !outcome.run_needed {
+                        check(&q, &tally, &when);
+                    }
+                }
+                Op::BurstInto { flow, n, len, ack } => {
+                    let mut pkts: Vec<_> = (0..n)
+                        .map(|_| {
+                            seq += 1;
+                            packet(flow, seq, len, ack)
+                        })
+                        .collect();
+                    for p in &pkts {
+                        tally.offer(p);
+                    }
+                    // One length for the whole burst: the intake's drops, freed inside the
+                    // call, are counted in bytes from it.
+                    let bytes_each = pkts[0].len as u64;
+                    let mut metas = vec![PacketMeta::default(); n];
+                    let mut bypassed = Vec::new();
+                    let m = meta(flow);
+                    let outcome =
+                        q.enqueue_burst_into(now, &mut pkts, &mut metas, |_, md| *md = m, &mut bypassed);
+                    prop_assert_eq!(outcome.bypassed, bypassed.len());
+                    prop_assert_eq!(outcome.bypassed + outcome.queued + outcome.dropped, n);
+                    prop_assert_eq!(outcome.offered_bytes, n as u64 * bytes_each);
+                    tally.bypassed += bypassed.len() as u64;
+                    tally.sent_bytes += bypassed.iter().map(|p| p.len as u64).sum::<u64>();
+                    tally.handed_back += outcome.dropped as u64;
+                    tally.handed_back_bytes += outcome.dropped as u64 * bytes_each;
                     if !outcome.run_needed {
                         check(&q, &tally, &when);
                     }
                 }
                 Op::Run { budget } => {
-                    q.run(now, budget, &mut out, |o| {
-                        tally.transmitted += o.len() as u64;
-                        o.clear();
-                    });
+                    q.run(now, budget, &mut out, |o| tally.transmit(o));
                     check(&q, &tally, &when);
                 }
                 Op::Advance { ns } => now += ns,
@@ -229,10 +309,7 @@ proptest! {
         q.set_rate(Rate::UNLIMITED);
         for _ in 0..64 {
             now += 1_000_000;
-            q.run(now, 64, &mut out, |o| {
-                tally.transmitted += o.len() as u64;
-                o.clear();
-            });
+            q.run(now, 64, &mut out, |o| tally.transmit(o));
         }
         check(&q, &tally, "after the drain");
         prop_assert_eq!(q.backlog(), 0);

@@ -1213,6 +1213,46 @@ mod tests {
     }
 
     #[test]
+    fn bypassed_packets_a_full_handoff_cannot_take_are_tx_full_drops() {
+        // A worker that does not own the egress hands bypassed packets to the owner; the
+        // handoff holds 2, so 3 of a 5-packet burst are lost after the shaper let them out.
+        let (shapers, _) =
+            build_queues::<PoolBuf>(&QueueChoice::Fifo, 1, 1, TxQueueOptions::default()).unwrap();
+        let pool = Pool::new(16, 256);
+        let mut pkts: Vec<PoolBuf> = (0..5)
+            .map(|_| pool.alloc_copy(&[0u8; 60]).unwrap())
+            .collect();
+        let mut metas = vec![PacketMeta::default(); 5];
+        let handoff = ArrayQueue::new(2);
+        let mut scratch = Vec::new();
+        let offered = offer_to(
+            shapers[0].as_ref(),
+            0,
+            &mut pkts,
+            &mut metas,
+            &mut |_, _| {},
+            None,
+            &handoff,
+            &mut scratch,
+        );
+        assert_eq!((offered.bypassed, offered.handoff_full), (5, 3));
+        assert_eq!((handoff.len(), scratch.len(), offered.bytes), (2, 0, 300));
+        let lp = Layout {
+            ports: 1,
+            queues: 1,
+        };
+        let mut local = vec![0u64; lp.len()];
+        count_offer(&mut local, lp, 0, offered);
+        let drops = |r| local[lp.egress(0, egress::DROPS + reason_index(r))];
+        // Lost on the way to the port, not refused by the queue's intake: conservation
+        // (received = transmitted + dropped + queued) counts them once, under tx_full.
+        assert_eq!(drops(DropReason::TxFull), 3);
+        assert_eq!(drops(DropReason::IntakeFull), 0);
+        assert_eq!(local[lp.egress(0, egress::BYPASS)], 5);
+        assert_eq!(shapers[0].stats().total_drops(), 0);
+    }
+
+    #[test]
     fn engine_table_parses_from_toml_and_rejects_unknown_keys() {
         let c: EngineConfig =
             toml::from_str("workers = 2\nidle = \"spin\"\ncores = [1]\nduration = \"0\"").unwrap();

@@ -1370,6 +1370,38 @@ mod tests {
     }
 
     #[test]
+    fn bypassed_bytes_count_in_exactly_one_sync_window() {
+        // A burst that makes a sync due closes the window [last sync, now) first and then
+        // adds its own bytes, delivered at `now`, to the next one (as `run` does with what
+        // it dequeues after its sync). No byte is lost or counted in two windows.
+        let q = fifo_queue(true, 8);
+        let interval = q.shared().sync_interval_ns();
+        q.run(0, 8, &mut Vec::new(), |_| {});
+        let mut metas = vec![PacketMeta::default(); 10];
+        let mut out = Vec::new();
+        let mut offer = |t: u64| {
+            let mut pkts: Vec<TestPacket> = (0..10).map(|s| TestPacket::new(100, 1, s)).collect();
+            let o = q.enqueue_burst_into(t, &mut pkts, &mut metas, |_, _| {}, &mut out);
+            assert_eq!(o.bypassed, 10);
+        };
+        let measured = |q: &TxQueue<TestPacket, Fifo<TestPacket>>| {
+            q.shared().activity(0).unwrap().measured.bytes_per_sec()
+        };
+        let quarter = interval / 4;
+        for k in 1..=4 {
+            offer(k * quarter);
+        }
+        // Bursts at 1/4, 2/4 and 3/4 of the first window: 3000 bytes.
+        assert_eq!(measured(&q), 3000 * 1_000_000_000 / interval);
+        for k in 5..=8 {
+            offer(k * quarter);
+        }
+        // The burst that closed the first window (at its end) and three more: 4000 bytes.
+        assert_eq!(measured(&q), 4000 * 1_000_000_000 / interval);
+        assert_eq!(q.stats().sent_bytes, 8000);
+    }
+
+    #[test]
     fn run_is_wanted_exactly_when_it_has_work() {
         let q = fifo_queue(true, 8);
         // Nothing synced yet.

@@ -418,7 +418,9 @@ mod tests {
         };
         let reply = handle_command(&st, "set autorate-ingress");
         assert!(
-            reply.starts_with("error:") && reply.contains("tx_queues is 2"),
+            reply.starts_with("error:")
+                && reply.contains(crate::config::AUTORATE_NEEDS_ONE_QUEUE)
+                && reply.contains("tx_queues is 2"),
             "{reply}"
         );
         assert!(!st.cake.lock().unwrap().autorate_ingress, "nothing changed");

@@ -361,6 +361,27 @@ fn engine_and_port_flags_reach_their_sections() {
 }
 
 #[test]
+fn autorate_ingress_on_several_tx_queues_is_refused_from_a_file_as_from_tc() {
+    // The same reason as `from-tc ... cake_mq autorate-ingress` gives (test below).
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "mq.toml",
+        "[shaper]\nautorate_ingress = true\n\n[engine]\ntx_queues = 2\n",
+    );
+    let o = cakewalk(&["check-config", &f]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("autorate-ingress needs one TX queue")
+            && stderr(&o).contains("tx_queues is 2"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cakewalk(&["check-config", &f, "--queues", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
 fn from_tc_refuses_autorate_ingress_on_cake_mq() {
     let o = cakewalk(&[
         "from-tc",
@@ -368,7 +389,8 @@ fn from_tc_refuses_autorate_ingress_on_cake_mq() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("not supported by cake_mq"),
+        stderr(&o).contains("not supported by cake_mq")
+            && stderr(&o).contains("autorate-ingress needs one TX queue"),
         "{}",
         stderr(&o)
     );

@@ -64,8 +64,8 @@ pub enum TcError {
         option: &'static str,
         /// The qdisc kind.
         qdisc: &'static str,
-        /// What to do instead.
-        fix: &'static str,
+        /// Why, and what to do instead.
+        fix: String,
     },
     /// `help` was asked for.
     #[error("{}", USAGE)]

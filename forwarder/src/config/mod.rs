@@ -762,14 +762,20 @@ impl Overrides {
     }
 }
 
+/// Why autorate-ingress is refused on several TX queues, in the words of every path that
+/// refuses it (the config loader, `from-tc` for cake_mq, the control socket, reload), so a
+/// user sees one explanation wherever it was asked for.
+pub const AUTORATE_NEEDS_ONE_QUEUE: &str = "autorate-ingress needs one TX queue: the queues share one rate and each sees only part of the arrivals";
+
 /// Why `cake` cannot run on `tx_queues` queues, if it cannot: autorate-ingress estimates
 /// the link rate from one instance's arrivals, but cake_mq's queues each see only part of
 /// the traffic and share one rate (Linux refuses `autorate-ingress` on cake_mq too,
-/// tc-testing 5f62). The config loader, the control socket and SIGHUP reload all ask this.
+/// tc-testing 5f62). The config loader, the control socket and SIGHUP reload all ask this;
+/// `from-tc` refuses cake_mq with autorate-ingress with the same reason.
 pub fn autorate_conflict(cake: &CakeConfig, tx_queues: usize) -> Option<String> {
     (cake.autorate_ingress && tx_queues > 1).then(|| {
         format!(
-            "autorate-ingress needs one TX queue, but engine.tx_queues is {tx_queues}: the queues share one rate and each sees only part of the arrivals (Linux refuses it on cake_mq as well); set engine.tx_queues = 1 (--queues 1) or give a fixed rate"
+            "{AUTORATE_NEEDS_ONE_QUEUE} (Linux refuses it on cake_mq as well), but engine.tx_queues is {tx_queues}; set engine.tx_queues = 1 (--queues 1) or give a fixed rate"
         )
     })
 }
@@ -996,6 +1002,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("--queues (shaper.autorate_ingress)"), "{e}");
+        assert!(e.contains(AUTORATE_NEEDS_ONE_QUEUE), "{e}");
         assert!(Config::from_toml_str("[shaper]\nautorate_ingress = true").is_ok());
     }
 

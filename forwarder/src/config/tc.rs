@@ -58,11 +58,15 @@ pub fn to_toml(input: &str) -> Result<String, TcError> {
     // "cake_mq" can only be the qdisc kind here: as an option word it would have failed.
     let is_cake_mq = input.split_whitespace().any(|w| w == "cake_mq");
     if is_cake_mq && options.autorate_ingress == Some(true) {
-        // tc-testing cake_mq 5f62: the kernel rejects autorate-ingress on cake_mq.
+        // tc-testing cake_mq 5f62: the kernel rejects autorate-ingress on cake_mq. The
+        // reason is the one every other path gives (config::autorate_conflict).
         return Err(TcError::Unsupported {
             option: "autorate-ingress",
             qdisc: "cake_mq",
-            fix: "give a fixed 'bandwidth' instead",
+            fix: format!(
+                "{}; use 'cake' (one TX queue) or give a fixed 'bandwidth' instead",
+                super::AUTORATE_NEEDS_ONE_QUEUE
+            ),
         });
     }
     Ok(render(&options, &words.join(" ")))
@@ -232,6 +236,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not supported by cake_mq"), "{e}");
+        // The same reason as a config or live change that asks for it on several queues.
+        assert!(e.contains(crate::config::AUTORATE_NEEDS_ONE_QUEUE), "{e}");
         assert!(to_toml("tc qdisc add dev eth0 root cake_mq bandwidth 1gbit diffserv4").is_ok());
         assert!(to_toml("tc qdisc add dev eth0 root cake autorate-ingress").is_ok());
     }

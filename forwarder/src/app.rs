@@ -629,7 +629,9 @@ fn supervise<P: PortBuf>(
         }
     }
     let panicked = running.join();
-    // Let every queue publish its final counters (drains its intake, dequeues nothing).
+    // Let every queue publish its final counters: a burst a worker offered last may have
+    // changed them (say, the qdisc dropped part of it) with no run after it. A budget of 0
+    // moves and dequeues nothing; what waits in an intake is counted as queued.
     let now = engine::clock::now_ns();
     for s in &all_shapers {
         let mut out = Vec::new();

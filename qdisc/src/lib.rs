@@ -43,7 +43,9 @@ pub enum Dequeue<P> {
 pub enum DropReason {
     /// COBALT (CoDel or BLUE) decided to drop.
     Aqm,
-    /// The memory or packet limit was exceeded (drop from the fattest flow, or FIFO tail drop).
+    /// The memory or packet limit was exceeded (drop from the fattest flow, or FIFO tail drop),
+    /// or a reconfigure removed the tin the packet waited in (CAKE's purge): in both the
+    /// queue had no room left for the packet, and neither is the AQM's decision.
     Overflow,
     /// The ACK filter replaced this ACK with a newer one.
     AckFilter,

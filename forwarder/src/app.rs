@@ -411,10 +411,7 @@ pub fn pool_warning(config: &Config) -> Option<String> {
     }
     let cake = config.to_cake_config();
     // The limit at the full configured rate: a queue's share is never above it.
-    let limit_bytes = qdisc::cake::Cake::<PoolBuf>::new(&cake)
-        .ok()?
-        .stats()
-        .memory_limit;
+    let limit_bytes = cake.memory_limit_at(cake.rate.bytes_per_sec());
     let per_queue =
         (limit_bytes / config.ports.buffer_size.max(1) as u64).min(u64::from(cake.packet_limit));
     let queues = config.engine.tx_queues as u64;

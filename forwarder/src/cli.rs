@@ -389,9 +389,6 @@ pub enum CtlSet {
     },
 }
 
-/// Runs the parsed command line. Returns the process exit code.
-///
-/// # Errors
 /// Writes `text` to standard output. A reader that went away (`cakewalk ctl stats | head`)
 /// ends the output quietly, as SIGPIPE would end a C tool, instead of a panic in `print!`.
 ///
@@ -409,6 +406,9 @@ pub fn out(text: &str) -> std::io::Result<()> {
     }
 }
 
+/// Runs the parsed command line. Returns the process exit code.
+///
+/// # Errors
 /// Anything that stops the command; `main` prints it as `error: {e:#}`.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {

@@ -379,7 +379,7 @@ mod tests {
         let small = pool.alloc_copy(&[0; 64]).unwrap();
         assert_eq!(Packet::len(&small), 64);
         assert_eq!(small.footprint(), 2048);
-        // So CAKE at its 4 MiB minimum holds at most 2048 of them, whatever their size.
+        // So a memory limit bounds the buffers a queue holds, whatever the frames' size.
         let mut cake: qdisc::cake::Cake<PoolBuf> =
             qdisc::cake::Cake::new(&qdisc::cake::CakeConfig {
                 memlimit: Some(8 * 1024),

@@ -225,6 +225,24 @@ pub enum ConfigError {
 }
 
 impl CakeConfig {
+    /// The memory limit (bytes of packet footprint) an instance keeps while shaping at
+    /// `rate_bytes_per_sec` (0: unlimited): `memlimit` if set, else 4 x rate x RTT and at
+    /// least 4 MiB, capped by `packet_limit` full-size packets unless `memlimit` is larger
+    /// (sch_cake.c `cake_reconfigure`). Pure, so callers can size buffer pools from it.
+    pub fn memory_limit_at(&self, rate_bytes_per_sec: u64) -> u64 {
+        let memlimit = self.memlimit.unwrap_or(0);
+        let base = if memlimit != 0 {
+            memlimit
+        } else if rate_bytes_per_sec != 0 {
+            // 4 × rate × RTT, at least 4 MiB.
+            let t = u128::from(rate_bytes_per_sec) * u128::from(self.interval_ns / 1000) / 250_000;
+            (t.min(u128::from(u64::MAX)) as u64).max(4 << 20)
+        } else {
+            u64::MAX
+        };
+        base.min((u64::from(self.packet_limit) * u64::from(self.mtu)).max(memlimit))
+    }
+
     /// Checks every option against the ranges `tc` and the kernel accept.
     ///
     /// # Errors

@@ -497,18 +497,7 @@ impl<P: Packet> Cake<P> {
     }
 
     fn compute_buffer_limit(&self) -> u64 {
-        let c = &self.config;
-        let memlimit = c.memlimit.unwrap_or(0);
-        let base = if memlimit != 0 {
-            memlimit
-        } else if self.rate_bps != 0 {
-            // 4 × rate × RTT, at least 4 MiB.
-            let t = u128::from(self.rate_bps) * u128::from(c.interval_ns / 1000) / 250_000;
-            (t.min(u128::from(u64::MAX)) as u64).max(4 << 20)
-        } else {
-            u64::MAX
-        };
-        base.min((u64::from(c.packet_limit) * u64::from(c.mtu)).max(memlimit))
+        self.config.memory_limit_at(self.rate_bps)
     }
 
     /// Empties tin `t`: drops its packets and returns its flows and hosts to rest.

@@ -69,6 +69,18 @@ impl DropReason {
         DropReason::Malformed,
     ];
 
+    /// This reason's position in [`DropReason::ALL`], for per-reason counter arrays.
+    pub const fn index(self) -> usize {
+        match self {
+            DropReason::Aqm => 0,
+            DropReason::Overflow => 1,
+            DropReason::AckFilter => 2,
+            DropReason::IntakeFull => 3,
+            DropReason::TxFull => 4,
+            DropReason::Malformed => 5,
+        }
+    }
+
     /// Short snake_case name used in stats output and metric labels.
     pub fn name(self) -> &'static str {
         match self {
@@ -239,6 +251,13 @@ pub trait Qdisc<P: Packet> {
 #[cfg(test)]
 mod tests {
     use super::{DropReason, Enqueued};
+
+    #[test]
+    fn every_drop_reason_indexes_its_place_in_all() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
+        }
+    }
 
     #[test]
     fn an_enqueue_that_filters_an_ack_and_overflows_reports_each_drop_under_its_reason() {

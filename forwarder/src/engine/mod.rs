@@ -34,7 +34,7 @@ use qdisc::{DropReason, PacketMeta};
 use serde::{Deserialize, Serialize};
 
 use crate::port::{PortBuf, PortRx, PortTx};
-use crate::stats::counters::{egress, port, reason_index, Counters, Layout, Snapshot};
+use crate::stats::counters::{egress, port, Counters, Layout, Snapshot};
 pub use shaper::{Passthrough, Shaper, TinReport, TinSnapshot};
 
 /// What a worker does when a loop iteration found no work.
@@ -783,7 +783,7 @@ fn offer_to<P: PortBuf>(
 #[inline]
 fn count_offer(local: &mut [u64], lp: Layout, e: usize, offered: Offered) {
     local[lp.egress(e, egress::BYPASS)] += offered.bypassed;
-    local[lp.egress(e, egress::DROPS + reason_index(DropReason::TxFull))] += offered.handoff_full;
+    local[lp.egress(e, egress::DROPS + DropReason::TxFull.index())] += offered.handoff_full;
 }
 
 /// Transmits from the front of `burst`, whose bytes are `bytes` (updated to what is left);
@@ -1243,7 +1243,7 @@ mod tests {
         };
         let mut local = vec![0u64; lp.len()];
         count_offer(&mut local, lp, 0, offered);
-        let drops = |r| local[lp.egress(0, egress::DROPS + reason_index(r))];
+        let drops = |r: DropReason| local[lp.egress(0, egress::DROPS + r.index())];
         // Lost on the way to the port, not refused by the queue's intake: conservation
         // (received = transmitted + dropped + queued) counts them once, under tx_full.
         assert_eq!(drops(DropReason::TxFull), 3);

@@ -49,14 +49,6 @@ pub mod egress {
 /// Extra entries after each block so two workers' blocks never share a cache line.
 const PAD: usize = 16;
 
-/// Index of `reason` in [`DropReason::ALL`].
-pub fn reason_index(reason: DropReason) -> usize {
-    DropReason::ALL
-        .iter()
-        .position(|r| *r == reason)
-        .unwrap_or(0)
-}
-
 /// The shape of a counter block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -155,7 +147,7 @@ impl Snapshot {
 
     /// Drops of egress `e` for `reason`.
     pub fn drops(&self, e: usize, reason: DropReason) -> u64 {
-        self.egress(e, egress::DROPS + reason_index(reason))
+        self.egress(e, egress::DROPS + reason.index())
     }
 
     /// Packets transmitted on port `p` (summed over its TX queues).
@@ -202,7 +194,7 @@ mod tests {
         let b = Counters::new(layout);
         let mut local = vec![0u64; layout.len()];
         local[layout.port(1, port::RX_PACKETS)] = 5;
-        local[layout.egress(3, egress::DROPS + reason_index(DropReason::Aqm))] = 2;
+        local[layout.egress(3, egress::DROPS + DropReason::Aqm.index())] = 2;
         a.publish(&local);
         b.publish(&local);
         let s = Snapshot::sum(layout, [&a, &b]);

@@ -167,17 +167,6 @@ pub struct CakeStats {
     pub(crate) avg_netoff_fp: u32,
 }
 
-pub(crate) const fn reason_index(r: DropReason) -> usize {
-    match r {
-        DropReason::Aqm => 0,
-        DropReason::Overflow => 1,
-        DropReason::AckFilter => 2,
-        DropReason::IntakeFull => 3,
-        DropReason::TxFull => 4,
-        DropReason::Malformed => 5,
-    }
-}
-
 impl CakeStats {
     pub(crate) fn new() -> CakeStats {
         CakeStats {
@@ -210,12 +199,12 @@ impl CakeStats {
 
     /// Packets dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
-        self.drops[reason_index(reason)]
+        self.drops[reason.index()]
     }
 
     /// Bytes dropped for `reason`.
     pub fn dropped_bytes(&self, reason: DropReason) -> u64 {
-        self.drop_bytes[reason_index(reason)]
+        self.drop_bytes[reason.index()]
     }
 
     /// Packets dropped for any reason (including purges).
@@ -230,7 +219,7 @@ impl CakeStats {
 
     #[inline]
     pub(crate) fn count_drop(&mut self, reason: DropReason, bytes: u64) {
-        let i = reason_index(reason);
+        let i = reason.index();
         self.drops[i] += 1;
         self.drop_bytes[i] += bytes;
     }

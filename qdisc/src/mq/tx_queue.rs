@@ -125,11 +125,7 @@ pub struct TxQueueStats {
 impl TxQueueStats {
     /// Drops of one reason (the intake's included).
     pub fn drops(&self, reason: DropReason) -> u64 {
-        let i = DropReason::ALL
-            .iter()
-            .position(|r| *r == reason)
-            .expect("every reason is in ALL");
-        self.qdisc_drops[i]
+        self.qdisc_drops[reason.index()]
             + if reason == DropReason::IntakeFull {
                 self.intake_full
             } else {
@@ -1006,9 +1002,7 @@ impl<P: Packet, Q: MqQdisc<P>> Runner<P, Q> {
     /// Counts `packets` dropped for `reason` outside the dequeue (whose AQM drops are
     /// derived by conservation in [`TxQueue::publish`]).
     fn count_drops(&mut self, reason: DropReason, packets: u64) {
-        if let Some(i) = DropReason::ALL.iter().position(|r| *r == reason) {
-            self.counters.qdisc_drops[i] += packets;
-        }
+        self.counters.qdisc_drops[reason.index()] += packets;
         self.counters.reasoned_drops += packets;
     }
 

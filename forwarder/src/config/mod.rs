@@ -757,6 +757,18 @@ impl Overrides {
         Ok(())
     }
 
+    /// How an error names `key`: `--rate (shaper.rate)` when a flag set `key` (or, failing
+    /// that, one of the keys in `decided_by` that made it wrong), else just `key`.
+    fn label(&self, key: &str, decided_by: &[&str]) -> String {
+        match std::iter::once(key)
+            .chain(decided_by.iter().copied())
+            .find_map(|k| self.origin_of(k))
+        {
+            Some(o) => format!("{} ({key})", o.flag),
+            None => key.to_string(),
+        }
+    }
+
     fn origin_of(&self, key: &str) -> Option<&Override> {
         self.entries.iter().rev().find(|o| o.key == key)
     }
@@ -802,10 +814,7 @@ fn check_port_keys(
                 continue;
             }
             let key = format!("ports.{side}.{field}");
-            let key = match overrides.origin_of(&key) {
-                Some(o) => format!("{} ({key})", o.flag),
-                None => key,
-            };
+            let key = overrides.label(&key, &[]);
             let readers: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
             return Err(ConfigError::Key {
                 key,
@@ -912,26 +921,16 @@ impl Config {
             })?
         };
         let shaper = raw.shaper.resolve().map_err(|e| match e {
-            ConfigError::Key { key, message } => match overrides.origin_of(&key) {
-                Some(o) => ConfigError::Key {
-                    key: format!("{} ({key})", o.flag),
-                    message,
-                },
-                None => ConfigError::Key { key, message },
+            ConfigError::Key { key, message } => ConfigError::Key {
+                key: overrides.label(&key, &[]),
+                message,
             },
             other => other,
         })?;
         check_port_keys(&raw.ports, overrides)?;
         if let Some(message) = autorate_conflict(&shaper.cake, raw.engine.tx_queues) {
-            let key = "shaper.autorate_ingress";
-            let blame = overrides
-                .origin_of(key)
-                .or_else(|| overrides.origin_of("engine.tx_queues"));
             return Err(ConfigError::Key {
-                key: match blame {
-                    Some(o) => format!("{} ({key})", o.flag),
-                    None => key.to_string(),
-                },
+                key: overrides.label("shaper.autorate_ingress", &["engine.tx_queues"]),
                 message,
             });
         }

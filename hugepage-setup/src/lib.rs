@@ -463,14 +463,15 @@ pub fn plan(snap: &Snapshot, req: &Request) -> Result<Vec<Action>, Error> {
         Request::Reserve { pages, size, node } => {
             check_size(size)?;
             check_node(node)?;
+            let targeted: Vec<&Pool> = snap
+                .pools
+                .iter()
+                .filter(|p| p.size == size && (node.is_none() || p.node == node))
+                .collect();
             // Refused before any write: the kernel would take what it can (all free memory,
             // the rest of the machine starving meanwhile) and then fall short anyway.
             if let Some(mem_kib) = snap.mem_total_kib {
-                let pools = snap
-                    .pools
-                    .iter()
-                    .filter(|p| p.size == size && (node.is_none() || p.node == node))
-                    .count() as u64;
+                let pools = targeted.len() as u64;
                 let need_kib = pages.saturating_mul(size.kib).saturating_mul(pools.max(1));
                 if need_kib > mem_kib {
                     return Err(Error::TooLarge {
@@ -486,8 +487,8 @@ pub fn plan(snap: &Snapshot, req: &Request) -> Result<Vec<Action>, Error> {
                     });
                 }
             }
-            for p in &snap.pools {
-                if p.size == size && (node.is_none() || p.node == node) && p.reserved < pages {
+            for p in targeted {
+                if p.reserved < pages {
                     actions.push(Action::SetPages {
                         path: p.nr_path.clone(),
                         node: p.node,

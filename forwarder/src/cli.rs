@@ -168,9 +168,42 @@ pub struct OverrideArgs {
     /// Interface(s) for afpacket/dpdk: "eth0" (port A) or "eth0,eth1" (A and B).
     #[arg(long)]
     pub iface: Option<String>,
+    /// DPDK EAL arguments for dpdk ports, as one string ("-l 1-2 --vdev=net_null0").
+    #[arg(long, allow_hyphen_values = true, value_name = "ARGS")]
+    pub eal: Option<String>,
     /// Any other key: --set engine.burst=64 (the value is read as TOML, else as a string).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+}
+
+/// Splits an `--eal '...'` string into arguments: whitespace separates, single or double
+/// quotes group (no escapes; EAL arguments never need them).
+fn split_eal_args(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut any = false;
+    for c in s.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                any = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if any || !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+                any = false;
+            }
+            (None, c) => cur.push(c),
+        }
+    }
+    if any || !cur.is_empty() {
+        out.push(cur);
+    }
+    out
 }
 
 fn toml_value(s: &str) -> toml::Value {
@@ -263,6 +296,13 @@ impl OverrideArgs {
             if let Some(b) = parts.next().filter(|s| !s.is_empty()) {
                 o.set("ports.b.iface", b, "--iface");
             }
+        }
+        if let Some(e) = &self.eal {
+            let args: Vec<toml::Value> = split_eal_args(e)
+                .into_iter()
+                .map(toml::Value::String)
+                .collect();
+            o.set("ports.eal_args", toml::Value::Array(args), "--eal");
         }
         for kv in &self.set {
             let (k, v) = kv.split_once('=').with_context(|| {
@@ -551,4 +591,26 @@ fn ctl_cmd(args: CtlArgs) -> anyhow::Result<ExitCode> {
     }
     out(&format!("{reply}\n"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eal_strings_split_on_spaces_and_keep_quoted_groups() {
+        assert_eq!(
+            split_eal_args(
+                "-l 1-2  --vdev=net_null0 --vdev='net_pcap0,rx_pcap=/tmp/a b.pcap' \"\""
+            ),
+            vec![
+                "-l",
+                "1-2",
+                "--vdev=net_null0",
+                "--vdev=net_pcap0,rx_pcap=/tmp/a b.pcap",
+                ""
+            ]
+        );
+        assert!(split_eal_args("   ").is_empty());
+    }
 }

@@ -828,6 +828,17 @@ fn check_port_keys(
             });
         }
     }
+    let dpdk = |spec: &crate::port::PortSpec| spec.kind == PortKind::Dpdk;
+    if !ports.eal_args.is_empty() && !dpdk(&ports.a) && !dpdk(&ports.b) {
+        return Err(ConfigError::Key {
+            key: overrides.label("ports.eal_args", &[]),
+            message: format!(
+                "only dpdk ports use it, but port a is a {} port and port b a {} port; add --port-kind dpdk (or kind = \"dpdk\" in [ports.a] and [ports.b]), or leave it out",
+                ports.a.kind.name(),
+                ports.b.kind.name(),
+            ),
+        });
+    }
     Ok(())
 }
 
@@ -1153,6 +1164,17 @@ mod tests {
             e.starts_with(
                 "ports.a.iface: only afpacket and dpdk ports use it, but port a is a pcap port"
             ),
+            "{e}"
+        );
+        let mut o = Overrides::default();
+        o.set(
+            "ports.eal_args",
+            toml::Value::Array(vec!["--no-pci".into()]),
+            "--eal",
+        );
+        let e = Config::load(None, &o).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--eal (ports.eal_args): only dpdk ports use it, but port a is a synth port and port b a synth port; add --port-kind dpdk"),
             "{e}"
         );
         // The keys are fine on the ports that read them.

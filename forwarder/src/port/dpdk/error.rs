@@ -99,7 +99,7 @@ pub enum PortError {
         hint: &'static str,
     },
     /// No ethdev with this name exists after EAL init.
-    #[error("no DPDK port named '{name}' (ports: {known}); add it with --vdev=NAME,... or bind a NIC to vfio-pci and name it by PCI address")]
+    #[error("no DPDK port named '{name}' (ports: {known}); create a virtual device with --eal '--vdev=NAME,...' (ports.eal_args in the config), or bind a NIC to vfio-pci and name it by its PCI address")]
     NoSuchPort {
         /// The name asked for.
         name: String,

@@ -28,7 +28,7 @@ pub use error::{DpdkError, PortError};
 pub use ethdev::{DevInfo, EthDev, EthDevConfig, LinkStatus, RxQueue, TxQueue};
 pub use mbuf::Mbuf;
 pub use mempool::Mempool;
-pub use ports::{split_eal_args, DpdkPorts, DpdkPortsConfig, PortStatus};
+pub use ports::{DpdkPorts, DpdkPortsConfig, PortStatus};
 
 /// Reads the CPU's time-stamp counter (`rte_rdtsc`): the engine's cheap per-burst clock.
 #[inline]

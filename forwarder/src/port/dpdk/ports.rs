@@ -58,36 +58,6 @@ impl DpdkPortsConfig {
     }
 }
 
-/// Splits an `--eal '...'` string into arguments: whitespace separates, single or double
-/// quotes group (no escapes; EAL arguments never need them).
-pub fn split_eal_args(s: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quote: Option<char> = None;
-    let mut any = false;
-    for c in s.chars() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => cur.push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                any = true;
-            }
-            (None, c) if c.is_whitespace() => {
-                if any || !cur.is_empty() {
-                    out.push(std::mem::take(&mut cur));
-                }
-                any = false;
-            }
-            (None, c) => cur.push(c),
-        }
-    }
-    if any || !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
 /// Link state and extended counters of one port, for the stats view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortStatus {
@@ -205,23 +175,6 @@ impl DpdkPorts {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn eal_strings_split_on_spaces_and_keep_quoted_groups() {
-        assert_eq!(
-            split_eal_args(
-                "-l 1-2  --vdev=net_null0 --vdev='net_pcap0,rx_pcap=/tmp/a b.pcap' \"\""
-            ),
-            vec![
-                "-l",
-                "1-2",
-                "--vdev=net_null0",
-                "--vdev=net_pcap0,rx_pcap=/tmp/a b.pcap",
-                ""
-            ]
-        );
-        assert!(split_eal_args("   ").is_empty());
-    }
 
     #[test]
     fn pools_hold_full_rings_and_full_shapers() {

@@ -88,6 +88,21 @@ where
         Shaper::offer_burst(self.mq.queue(self.i), now_ns, pkts, metas, classify, out)
     }
     #[inline]
+    fn offer_burst_as_peer(
+        &self,
+        now_ns: u64,
+        pkts: &mut Vec<P>,
+        metas: &mut [PacketMeta],
+        classify: &mut dyn FnMut(&P, &mut PacketMeta),
+        out: &mut Vec<P>,
+    ) -> qdisc::mq::BurstOutcome {
+        Shaper::offer_burst_as_peer(self.mq.queue(self.i), now_ns, pkts, metas, classify, out)
+    }
+    #[inline]
+    fn peer_offer_would_drop(&self) -> bool {
+        self.mq.queue(self.i).peer_offer_would_drop()
+    }
+    #[inline]
     fn run(
         &self,
         now_ns: u64,

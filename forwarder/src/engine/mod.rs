@@ -517,6 +517,19 @@ impl<P: PortBuf> Worker<P> {
             let backlogged = self.tx.iter().any(|t| t.pending.len() >= 2 * bs);
             if state == RUNNING && !backlogged {
                 for slot in self.rx.iter_mut() {
+                    let base = slot.out * nq;
+                    if nq == 1
+                        && self.owned[base].is_none()
+                        && self.shapers[base].peer_offer_would_drop()
+                    {
+                        // Another worker runs this egress and its intake is full: the whole
+                        // burst would be dropped on arrival. Leave it in the receive ring,
+                        // where an overload is dropped for free, and spend the time on this
+                        // worker's own queues (receive livelock otherwise: measured on DPDK
+                        // null devices, two workers each receiving for the other's queue
+                        // shaped 1 Gbit/s to a quarter of it).
+                        continue;
+                    }
                     let n = slot.rx.rx_burst(&mut burst, bs);
                     if n == 0 {
                         if !slot.finished && slot.rx.is_finished() {
@@ -533,7 +546,6 @@ impl<P: PortBuf> Worker<P> {
                     let mut bytes = 0u64;
                     let mut malformed = 0u64;
                     debug_assert!(burst.len() <= bs, "rx_burst returns at most bs");
-                    let base = slot.out * nq;
                     if nq == 1 {
                         // One TX queue: nothing to sort, so the burst is offered as it came
                         // and each packet is parsed only if the queue needs its meta (a
@@ -738,7 +750,8 @@ struct Offered {
 
 /// Offers `pkts` to an egress's shaper. Bypassed packets go to the slot's pending burst
 /// when this worker owns the egress (swapped in whole when it is empty), otherwise to the
-/// owner's handoff queue through `scratch`.
+/// owner's handoff queue through `scratch`; a worker that does not own the egress offers
+/// as a peer, so it never holds the queue against the owner's runs while the queue is busy.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn offer_to<P: PortBuf>(
@@ -762,7 +775,7 @@ fn offer_to<P: PortBuf>(
             }
         }
         None => {
-            let outcome = shaper.offer_burst(now, pkts, metas, classify, scratch);
+            let outcome = shaper.offer_burst_as_peer(now, pkts, metas, classify, scratch);
             let mut full = 0u64;
             for p in scratch.drain(..) {
                 if let Err(p) = handoff.push(p) {

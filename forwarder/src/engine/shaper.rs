@@ -170,6 +170,23 @@ pub trait Shaper<P>: Send + Sync {
         out: &mut Vec<P>,
     ) -> BurstOutcome;
 
+    /// [`Shaper::offer_burst`] from a worker that does not run this queue (see
+    /// `TxQueue::enqueue_burst_as_peer`: while the queue holds packets the burst goes to
+    /// its intake, so the owner's runs never wait behind a peer's enqueues). No default: a
+    /// wrapper that forwarded it to `offer_burst` would silently lose that.
+    fn offer_burst_as_peer(
+        &self,
+        now_ns: u64,
+        pkts: &mut Vec<P>,
+        metas: &mut [PacketMeta],
+        classify: &mut dyn FnMut(&P, &mut PacketMeta),
+        out: &mut Vec<P>,
+    ) -> BurstOutcome;
+
+    /// Whether [`Shaper::offer_burst_as_peer`] would drop a whole burst now (see
+    /// `TxQueue::peer_offer_would_drop`).
+    fn peer_offer_would_drop(&self) -> bool;
+
     /// Runs the queue: dequeues up to `budget` packets into `out` and calls `transmit(out)`
     /// while holding the queue (see `TxQueue::run`).
     fn run(
@@ -226,6 +243,23 @@ where
     ) -> BurstOutcome {
         // One runner-lock round trip for the whole burst.
         self.enqueue_burst_into(now_ns, pkts, metas, classify, out)
+    }
+
+    #[inline]
+    fn offer_burst_as_peer(
+        &self,
+        now_ns: u64,
+        pkts: &mut Vec<P>,
+        metas: &mut [PacketMeta],
+        classify: &mut dyn FnMut(&P, &mut PacketMeta),
+        out: &mut Vec<P>,
+    ) -> BurstOutcome {
+        self.enqueue_burst_as_peer(now_ns, pkts, metas, classify, out)
+    }
+
+    #[inline]
+    fn peer_offer_would_drop(&self) -> bool {
+        TxQueue::peer_offer_would_drop(self)
     }
 
     #[inline]
@@ -297,6 +331,22 @@ impl<P: Packet + Send> Shaper<P> for Passthrough {
             offered_bytes: bytes,
             ..BurstOutcome::default()
         }
+    }
+
+    fn offer_burst_as_peer(
+        &self,
+        now_ns: u64,
+        pkts: &mut Vec<P>,
+        metas: &mut [PacketMeta],
+        classify: &mut dyn FnMut(&P, &mut PacketMeta),
+        out: &mut Vec<P>,
+    ) -> BurstOutcome {
+        // No queue to hold against anyone: every packet bypasses.
+        self.offer_burst(now_ns, pkts, metas, classify, out)
+    }
+
+    fn peer_offer_would_drop(&self) -> bool {
+        false
     }
 
     fn run(

@@ -80,6 +80,18 @@ impl<T> IntakeRing<T> {
         }
     }
 
+    /// Returns true when a push would fail now (a snapshot: pops may race with it).
+    pub(crate) fn is_full(&self) -> bool {
+        #[cfg(not(loom))]
+        {
+            self.ring.is_full()
+        }
+        #[cfg(loom)]
+        {
+            self.ring.lock().expect("intake mutex poisoned").len() >= self.capacity
+        }
+    }
+
     /// Items waiting (a snapshot).
     pub(crate) fn len(&self) -> usize {
         #[cfg(not(loom))]

@@ -456,6 +456,7 @@ fn run_dpdk(config: &Config) -> anyhow::Result<()> {
         ports: vec![ports.a.iface.clone(), ports.b.iface.clone()],
         rx_queues: ports.a.rx_queues.max(ports.b.rx_queues).max(1) as u16,
         tx_queues: ecfg.tx_queues as u16,
+        min_mbufs_per_port: u32::try_from(ports.pool_buffers).unwrap_or(u32::MAX),
         ..DpdkPortsConfig::default()
     };
     let mut set = DpdkPorts::open(&dcfg).context("opening the DPDK ports")?;

@@ -120,6 +120,20 @@ pub enum PortError {
         /// What the configuration asked for.
         wanted: u16,
     },
+    /// The driver refused a receive queue on the pool it was given.
+    #[error("rte_eth_rx_queue_setup (port {port}, {name}, queue {queue}) failed: {reason}; the driver's log line above says why (net_pcap with infinite_rx=1 needs the whole file in mbufs for each queue: the pool has {pool_mbufs}, raise ports.pool_buffers)")]
+    RxQueueSetup {
+        /// Port id.
+        port: u16,
+        /// Device name.
+        name: String,
+        /// Queue index.
+        queue: u16,
+        /// `rte_strerror` of the error.
+        reason: String,
+        /// Mbufs in the pool the queue was given.
+        pool_mbufs: u32,
+    },
     /// A mempool could not be created.
     #[error("mempool '{name}' ({mbufs} mbufs on socket {socket}) could not be created: {reason}; reserve more hugepages (`hugepage-setup reserve --pages N`) or use fewer mbufs")]
     MempoolCreate {

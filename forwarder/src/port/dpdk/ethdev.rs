@@ -253,7 +253,14 @@ impl EthDev {
                 )
             };
             if ret != 0 {
-                return Err(DpdkError::from_ret("rte_eth_rx_queue_setup", Some(port), ret).into());
+                let e = DpdkError::from_ret("rte_eth_rx_queue_setup", Some(port), ret);
+                return Err(PortError::RxQueueSetup {
+                    port,
+                    name: name.to_owned(),
+                    queue: q,
+                    reason: e.reason(),
+                    pool_mbufs: pool.size(),
+                });
             }
         }
         for q in 0..cfg.tx_queues {

@@ -26,6 +26,9 @@ pub struct DpdkPortsConfig {
     pub queued_per_tx_queue: u32,
     /// Mbufs per pool; 0 sizes it from the numbers above.
     pub mbufs: u32,
+    /// At least this many mbufs per port in a pool sized from the numbers above
+    /// (`ports.pool_buffers`: a user who raises it gets at least that).
+    pub min_mbufs_per_port: u32,
 }
 
 impl Default for DpdkPortsConfig {
@@ -38,6 +41,7 @@ impl Default for DpdkPortsConfig {
             desc: 1024,
             queued_per_tx_queue: 10240 + 4096,
             mbufs: 0,
+            min_mbufs_per_port: 0,
         }
     }
 }
@@ -49,9 +53,10 @@ impl DpdkPortsConfig {
         if self.mbufs > 0 {
             return self.mbufs;
         }
-        let per_port = u64::from(self.rx_queues) * u64::from(self.desc)
+        let per_port = (u64::from(self.rx_queues) * u64::from(self.desc)
             + u64::from(self.tx_queues)
-                * (u64::from(self.desc) + u64::from(self.queued_per_tx_queue) + 64);
+                * (u64::from(self.desc) + u64::from(self.queued_per_tx_queue) + 64))
+            .max(u64::from(self.min_mbufs_per_port));
         let n = per_port * ports as u64 + 4096;
         // DPDK pools are most memory-efficient at 2^k - 1.
         u32::try_from((n + 1).next_power_of_two() - 1).unwrap_or(u32::MAX)
@@ -182,6 +187,24 @@ mod tests {
         let n = cfg.pool_size(2);
         assert!(u64::from(n) >= 2 * (1024 + 1024 + 14336), "{n}");
         assert_eq!((n + 1).count_ones(), 1, "2^k - 1");
-        assert_eq!(DpdkPortsConfig { mbufs: 4095, ..cfg }.pool_size(2), 4095);
+        assert_eq!(
+            DpdkPortsConfig {
+                mbufs: 4095,
+                ..cfg.clone()
+            }
+            .pool_size(2),
+            4095
+        );
+        // A raised ports.pool_buffers wins over the computed size; a lower one does not.
+        let raised = DpdkPortsConfig {
+            min_mbufs_per_port: 100_000,
+            ..cfg.clone()
+        };
+        assert_eq!(raised.pool_size(2), 262_143);
+        let lowered = DpdkPortsConfig {
+            min_mbufs_per_port: 10,
+            ..cfg.clone()
+        };
+        assert_eq!(lowered.pool_size(2), n);
     }
 }

@@ -279,7 +279,10 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                 for _ in 0..tx_queues {
                     ptx.push(Box::new(SynthTx::new(plan.flows(), stats.clone())));
                 }
-                if synth.is_empty() {
+                // Delivery is verified only by a synth sink: a generator whose frames go
+                // to a pcap or AF_PACKET port would report every frame as lost.
+                let verified = specs.iter().all(|s| s.kind == PortKind::Synth);
+                if synth.is_empty() && verified {
                     synth.push((p, stats));
                 }
             }

@@ -207,6 +207,35 @@ fn pcap_in_pcap_out_is_byte_identical_and_keeps_per_flow_order() {
 }
 
 #[test]
+fn a_generator_into_a_capture_reports_no_unverified_losses() {
+    // The synth sink verifies delivery; with a pcap port in its place nothing does, and the
+    // report used to call every generated frame lost.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pcap");
+    let (stdout, _) = run_ok(&[
+        "--duration",
+        "300ms",
+        "--rate",
+        "100mbit",
+        "--set",
+        "ports.bidirectional=false",
+        "--set",
+        "ports.b.kind=\"pcap\"",
+        "--output",
+        &s(&out),
+    ]);
+    assert!(!stdout.contains("synth:"), "{stdout}");
+    assert!(
+        stdout.contains("conservation:") && stdout.contains(": ok"),
+        "{stdout}"
+    );
+    assert!(
+        std::fs::metadata(&out).unwrap().len() > 24,
+        "frames were written"
+    );
+}
+
+#[test]
 fn sigint_drains_queues_and_exits_zero_with_a_final_report() {
     let dir = tempfile::tempdir().unwrap();
     let child = cakewalk_run()

@@ -142,6 +142,9 @@ impl TxQueueStats {
 /// Most times a runner goes round again for MISSED before it hands the work to the next run.
 const MAX_MISSED_ROUNDS: u32 = 8;
 
+/// A run moves at most this many dequeue budgets of packets from the intake into the qdisc.
+const INTAKE_DRAINS_PER_BUDGET: usize = 4;
+
 /// One TX queue: `&self` methods, `Send + Sync`, fed by any number of threads.
 ///
 /// # Call protocol
@@ -155,7 +158,7 @@ const MAX_MISSED_ROUNDS: u32 = 8;
 ///   [`BurstOutcome::run_needed`] says so; after `enqueue`, always). Every thread that
 ///   offered packets must do so before it goes idle; poll-mode workers run every poll (or
 ///   every poll on which [`TxQueue::run_wanted`] says so), and must call `run` again at once
-///   when it returns [`NextRun::Now`] or [`RunResult::Busy`] on their next poll. `run` drains the intake (at most `budget` packets), applies pending
+///   when it returns [`NextRun::Now`] or [`RunResult::Busy`] on their next poll. `run` drains the intake (at most 4 x `budget` packets), applies pending
 ///   configuration, syncs the rate when due, dequeues what the shaper allows and calls
 ///   `transmit` with it **while it still holds the runner lock**: that is what keeps per-flow
 ///   order across threads, since a bypass can only happen once the previous runner's
@@ -546,7 +549,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     ///
     /// While the queue holds packets (its published length, or anything in the intake) a
     /// peer never takes the runner lock: its burst goes to the intake, which the runner
-    /// drains at most one budget per run. Enqueuing into the qdisc directly would hold the
+    /// drains a few budgets at a time. Enqueuing into the qdisc directly would hold the
     /// lock for the whole burst (for an overloaded CAKE, a fattest-flow drop per packet), and
     /// a peer that receives faster than the queue drains would then hold it nearly all the
     /// time: the runner's own runs find it busy and the queue's output collapses (measured:
@@ -703,10 +706,13 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             let next = guard.with(|r| {
                 let now_ns = r.sync.clamp(now_ns);
                 self.apply_pending(r);
-                // Bounded like Linux's quota: at most `budget` packets move from the intake
-                // per run, so an overloaded queue drops cheaply at the intake instead of
-                // making the qdisc drop (which for CAKE means a fattest-flow search).
-                drained += self.drain_intake(r, now_ns, budget.saturating_sub(drained));
+                // Bounded like Linux's quota, but several dequeue budgets' worth: packets
+                // that wait in the intake are past the qdisc's flow-fair drops (a full
+                // intake drops whatever arrives next), so the intake should only buffer
+                // between runs. Only a CPU overload that outpaces these drains fills it,
+                // and then it drops at the intake, before the qdisc's costlier drops.
+                let drain_limit = budget.saturating_mul(INTAKE_DRAINS_PER_BUDGET);
+                drained += self.drain_intake(r, now_ns, drain_limit.saturating_sub(drained));
                 self.sync_if_due(r, now_ns);
                 let before = out.len();
                 let mut next = r.dequeue_into(now_ns, budget.saturating_sub(sent), out);
@@ -726,7 +732,10 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 Err(g) => {
                     guard = g;
                     rounds += 1;
-                    if rounds >= MAX_MISSED_ROUNDS || sent >= budget || drained >= budget {
+                    if rounds >= MAX_MISSED_ROUNDS
+                        || sent >= budget
+                        || drained >= budget.saturating_mul(INTAKE_DRAINS_PER_BUDGET)
+                    {
                         guard.unlock_with_missed();
                         return RunResult::Ran {
                             sent,

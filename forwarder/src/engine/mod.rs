@@ -49,6 +49,22 @@ pub enum IdleMode {
     Spin,
 }
 
+/// How a received packet's TX queue is chosen when a port has several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxSelect {
+    /// By the flow hash, as Linux's `skb_tx_hash` (the default): any worker may offer to
+    /// any queue, and a queue another worker runs is reached through its intake.
+    #[default]
+    FlowHash,
+    /// A worker sends on the queues it runs itself, as Linux's XPS maps a CPU to its own TX
+    /// queue: no packet crosses cores. Each flow must arrive on one receive queue (RSS on a
+    /// NIC, AF_PACKET's hash fanout), or its packets would be split between two CAKE
+    /// instances. With fewer TX queues than workers, a worker that runs none of a port's
+    /// queues sends on queue `worker % tx_queues`.
+    Worker,
+}
+
 /// The `[engine]` table.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -69,6 +85,8 @@ pub struct EngineConfig {
     pub cores: Vec<usize>,
     /// Pin workers to cores at all.
     pub pin: bool,
+    /// How a packet's TX queue is chosen when a port has several.
+    pub tx_select: TxSelect,
 }
 
 impl Default for EngineConfig {
@@ -82,6 +100,7 @@ impl Default for EngineConfig {
             duration: "10s".into(),
             cores: Vec::new(),
             pin: true,
+            tx_select: TxSelect::FlowHash,
         }
     }
 }
@@ -281,6 +300,9 @@ struct RxSlot<P> {
     rx: Box<dyn PortRx<Buf = P>>,
     port: usize,
     out: usize,
+    /// The one egress every packet of this slot goes to ([`TxSelect::Worker`], or a port with
+    /// one TX queue); `None`: by flow hash.
+    egress: Option<usize>,
     finished: bool,
 }
 
@@ -406,6 +428,7 @@ pub fn start_with_hook<P: PortBuf>(
                 rx,
                 port: p,
                 out,
+                egress: None,
                 finished: false,
             });
             next += 1;
@@ -423,6 +446,32 @@ pub fn start_with_hook<P: PortBuf>(
                 pending_bytes: 0,
                 due_ns: 0,
             });
+        }
+    }
+    // Where each receive queue's packets go when it is one egress for all of them: a port
+    // with one TX queue, or TxSelect::Worker (the worker's own queues of the output port,
+    // its receive queues spread over them).
+    let nq = cfg.tx_queues;
+    for w in &mut ws {
+        let mut seen = vec![0usize; layout.egress_count().div_ceil(nq.max(1))];
+        for slot in &mut w.rx {
+            let base = slot.out * nq;
+            slot.egress = if nq == 1 {
+                Some(base)
+            } else if cfg.tx_select == TxSelect::Worker {
+                let mine: Vec<usize> = (base..base + nq)
+                    .filter(|&e| w.owned[e].is_some())
+                    .collect();
+                let k = seen[slot.out];
+                seen[slot.out] += 1;
+                Some(if mine.is_empty() {
+                    base + w.id % nq
+                } else {
+                    mine[k % mine.len()]
+                })
+            } else {
+                None
+            };
         }
     }
     let mut handles = Vec::new();
@@ -518,10 +567,9 @@ impl<P: PortBuf> Worker<P> {
             if state == RUNNING && !backlogged {
                 for slot in self.rx.iter_mut() {
                     let base = slot.out * nq;
-                    if nq == 1
-                        && self.owned[base].is_none()
-                        && self.shapers[base].peer_offer_would_drop()
-                    {
+                    if slot.egress.is_some_and(|e| {
+                        self.owned[e].is_none() && self.shapers[e].peer_offer_would_drop()
+                    }) {
                         // Another worker runs this egress and its intake is full: the whole
                         // burst would be dropped on arrival. Leave it in the receive ring,
                         // where an overload is dropped for free, and spend the time on this
@@ -546,26 +594,27 @@ impl<P: PortBuf> Worker<P> {
                     let mut bytes = 0u64;
                     let mut malformed = 0u64;
                     debug_assert!(burst.len() <= bs, "rx_burst returns at most bs");
-                    if nq == 1 {
-                        // One TX queue: nothing to sort, so the burst is offered as it came
-                        // and each packet is parsed only if the queue needs its meta (a
+                    if let Some(e) = slot.egress {
+                        // One TX queue for the whole burst (the port has one, or this worker
+                        // sends on its own): nothing to sort, so the burst is offered as it
+                        // came and each packet is parsed only if the queue needs its meta (a
                         // burst that bypasses an empty FIFO never is: Linux's
                         // TCQ_F_CAN_BYPASS). MALFORMED counts the frames that were parsed.
                         let mut classify = |pkt: &P, meta: &mut PacketMeta| {
                             malformed += u64::from(classify_into(pkt, meta));
                         };
                         let offered = offer_to(
-                            self.shapers[base].as_ref(),
+                            self.shapers[e].as_ref(),
                             now,
                             &mut burst,
-                            &mut bmetas[base],
+                            &mut bmetas[e],
                             &mut classify,
-                            self.owned[base].map(|i| &mut self.tx[i]),
-                            &self.handoff[base],
+                            self.owned[e].map(|i| &mut self.tx[i]),
+                            &self.handoff[e],
                             &mut scratch,
                         );
                         bytes += offered.bytes;
-                        count_offer(&mut local, lp, base, offered);
+                        count_offer(&mut local, lp, e, offered);
                     } else {
                         // The TX queue comes from the flow hash, so every packet is parsed:
                         // the whole burst first, each meta written in place, then sorted by
@@ -947,6 +996,101 @@ mod tests {
             backend: Vec::new(),
         });
         r.final_report(1.0)
+    }
+
+    /// Two workers, two receive queues on port 0 (the generator splits its flows between
+    /// them, as RSS does) and two TX queues per port, with `tx_select`; returns, per
+    /// generator queue, (frames generated, frames the sink of the same-numbered TX queue of
+    /// port 1 received).
+    fn forward_two_rx_queues(tx_select: TxSelect) -> Vec<(u64, u64)> {
+        let cfg = SynthConfig {
+            flows: 37,
+            size: PacketSize::Imix,
+            // ECN-capable, so a starved run makes CAKE mark rather than drop.
+            ecn: true,
+            packets: 20_000,
+            ..SynthConfig::default()
+        };
+        let plan = SynthPlan::new(&cfg, 0).unwrap();
+        let stats = Arc::new(SynthStats::default());
+        let rx: Vec<Box<dyn PortRx<Buf = PoolBuf>>> = (0..2)
+            .map(|q| {
+                Box::new(SynthRx::new(&plan, Pool::new(2048, 2048), q, 2, &stats))
+                    as Box<dyn PortRx<Buf = PoolBuf>>
+            })
+            .collect();
+        let mk_tx = || -> Vec<Box<dyn PortTx<Buf = PoolBuf>>> {
+            (0..2)
+                .map(|_| {
+                    Box::new(SynthTx::new(37, stats.clone())) as Box<dyn PortTx<Buf = PoolBuf>>
+                })
+                .collect()
+        };
+        let ports = EnginePorts {
+            rx: vec![rx, Vec::new()],
+            tx: vec![mk_tx(), mk_tx()],
+            forward: vec![Some(1), None],
+        };
+        let choice = QueueChoice::Cake(qdisc::cake::CakeConfig::default());
+        let (shapers, _) = build_queues(&choice, 2, 2, TxQueueOptions::default()).unwrap();
+        let all = shapers.clone();
+        let ecfg = EngineConfig {
+            workers: 2,
+            tx_queues: 2,
+            pin: false,
+            tx_select,
+            ..EngineConfig::default()
+        };
+        let running = start_until_rx_done(&ecfg, ports, shapers);
+        assert_eq!(running.join(), 0);
+        let generated: Vec<u64> = stats
+            .generators
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|g| g.packets.load(Relaxed))
+            .collect();
+        // Sinks 0 and 1 are port 0's TX queues, 2 and 3 port 1's.
+        let received: Vec<u64> = stats
+            .sinks
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.packets.load(Relaxed))
+            .collect();
+        let totals = stats.totals();
+        let queue_stats: Vec<_> = all.iter().map(|s| s.stats()).collect();
+        assert_eq!(
+            totals.received_packets, totals.sent_packets,
+            "nothing lost ({tx_select:?}): {queue_stats:#?}"
+        );
+        assert_eq!(totals.reordered, 0);
+        generated
+            .into_iter()
+            .zip(received[2..].iter().copied())
+            .collect()
+    }
+
+    #[test]
+    fn with_tx_select_worker_each_worker_sends_on_its_own_queue_and_nothing_crosses_cores() {
+        // Worker 0 polls receive queue 0 and runs port 1's queue 0 (egress 2); worker 1 the
+        // ones numbered 1. Every frame of a receive queue leaves by its worker's own queue.
+        let per_queue = forward_two_rx_queues(TxSelect::Worker);
+        for (q, (generated, received)) in per_queue.iter().enumerate() {
+            assert!(*generated > 0);
+            assert_eq!(
+                received, generated,
+                "TX queue {q} carried exactly receive queue {q}'s frames"
+            );
+        }
+        // By flow hash, the same flows spread over both queues regardless of where they came in.
+        let per_queue = forward_two_rx_queues(TxSelect::FlowHash);
+        assert!(
+            per_queue
+                .iter()
+                .any(|(generated, received)| generated != received),
+            "{per_queue:?}"
+        );
     }
 
     #[test]

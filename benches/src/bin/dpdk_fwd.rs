@@ -495,6 +495,96 @@ mod imp {
         Ok((s1 - s0) as f64 / (t1 - t0).as_secs_f64() / 1e6)
     }
 
+    /// The engine with two workers (pinned to the first two bench cores) on a fresh
+    /// `net_pcap` with two receive queues (each replays the file) -> `net_null` with two TX
+    /// queues, two TX queues per port, CAKE unlimited with the bypass (`cakewalk run`'s
+    /// defaults), TX queues chosen by `tx_select`. Returns (Mpps delivered, share of the
+    /// received frames that were dropped).
+    fn engine_two_workers_row(
+        eal: &Eal,
+        pool: &Mempool,
+        index: usize,
+        tx_select: forwarder::engine::TxSelect,
+        machine: &Machine,
+        args: &Args,
+    ) -> anyhow::Result<(f64, f64)> {
+        use forwarder::app::{build_queues, QueueChoice};
+        use forwarder::engine::{self, EngineConfig, EnginePorts, IdleMode, WorkerHook};
+        use forwarder::stats::counters::port;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        let cfg = EthDevConfig {
+            rx_queues: 2,
+            tx_queues: 2,
+            ..EthDevConfig::default()
+        };
+        let mut a = EthDev::open(eal, &format!("net_pcap_w{index}"), &cfg, pool)?;
+        let mut b = EthDev::open(eal, &format!("net_null_w{index}"), &cfg, pool)?;
+        let (arx, atx) = a.split()?;
+        let (_brx, btx) = b.split()?;
+        let rx = |v: Vec<RxQueue>| -> Vec<Box<dyn PortRx<Buf = Mbuf>>> {
+            v.into_iter()
+                .map(|q| Box::new(q) as Box<dyn PortRx<Buf = Mbuf>>)
+                .collect()
+        };
+        let tx = |v: Vec<TxQueue>| -> Vec<Box<dyn PortTx<Buf = Mbuf>>> {
+            v.into_iter()
+                .map(|q| Box::new(q) as Box<dyn PortTx<Buf = Mbuf>>)
+                .collect()
+        };
+        let ports = EnginePorts {
+            rx: vec![rx(arx), Vec::new()],
+            tx: vec![tx(atx), tx(btx)],
+            forward: vec![Some(1), None],
+        };
+        let choice = QueueChoice::Cake(CakeConfig {
+            rate: Rate::UNLIMITED,
+            ..CakeConfig::default()
+        });
+        let (shapers, _targets) =
+            build_queues::<Mbuf>(&choice, 2, 2, TxQueueOptions::default())?;
+        let ecfg = EngineConfig {
+            workers: 2,
+            tx_queues: 2,
+            idle: IdleMode::Spin,
+            duration: "0".into(),
+            cores: machine.cores.iter().take(2).map(|c| c.id).collect(),
+            pin: true,
+            tx_select,
+            ..EngineConfig::default()
+        };
+        let hook_eal = eal.clone();
+        let hook: WorkerHook = Arc::new(move |_| match hook_eal.register_thread() {
+            Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
+            Err(_) => Box::new(()),
+        });
+        let running = engine::start_with_hook(&ecfg, ports, shapers, Some(hook))?;
+        std::thread::sleep(Duration::from_millis(200));
+        let snap = |r: &engine::Running<Mbuf>| {
+            let s = r.shared().snapshot();
+            (s.port(0, port::RX_PACKETS), s.port_tx(1).0)
+        };
+        let (t0, (rx0, tx0)) = (Instant::now(), snap(&running));
+        std::thread::sleep(Duration::from_secs_f64(args.seconds));
+        let (t1, (rx1, tx1)) = (Instant::now(), snap(&running));
+        running.stop_now();
+        running.join();
+        let (received, sent) = ((rx1 - rx0) as f64, (tx1 - tx0) as f64);
+        let dropped = if received > 0.0 {
+            ((received - sent) / received).max(0.0)
+        } else {
+            0.0
+        };
+        Ok((sent / (t1 - t0).as_secs_f64() / 1e6, dropped))
+    }
+
+    /// The TX queue choices of the two-worker engine table.
+    const TX_SELECT_ROWS: [(&str, forwarder::engine::TxSelect); 2] = [
+        ("flow-hash", forwarder::engine::TxSelect::FlowHash),
+        ("worker", forwarder::engine::TxSelect::Worker),
+    ];
+
     fn median(v: &mut [f64]) -> f64 {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
@@ -683,6 +773,18 @@ mod imp {
             ));
             eal_args.push(format!("--vdev=net_null{i}"));
         }
+        // The two-worker engine rows: two receive queues (each replays the file) and two TX
+        // queues per device, a fresh pair per row and rep.
+        let two_workers = machine.cores.len() >= 2;
+        if two_workers {
+            for i in 0..TX_SELECT_ROWS.len() * args.reps {
+                eal_args.push(format!(
+                    "--vdev=net_pcap_w{i},rx_pcap={p},rx_pcap={p},tx_pcap=/dev/null,tx_pcap=/dev/null,infinite_rx=1",
+                    p = pcap.display()
+                ));
+                eal_args.push(format!("--vdev=net_null_w{i}"));
+            }
+        }
         if args.no_huge {
             eal_args.extend(["--no-huge", "--no-shconf", "-m", "1024"].map(String::from));
         } else {
@@ -851,6 +953,28 @@ mod imp {
             }
         }
         let scaling = thread_table(&eal, &mut all_ports, machine, args)?;
+        // Two workers, by TX queue choice: medians over the reps (each rep runs both rows).
+        let mut two: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); TX_SELECT_ROWS.len()];
+        if two_workers {
+            let mut index = 0;
+            for rep in 0..args.reps {
+                for (k, (name, sel)) in TX_SELECT_ROWS.iter().enumerate() {
+                    let (m, dropped) =
+                        engine_two_workers_row(&eal, &pool, index, *sel, machine, args)?;
+                    index += 1;
+                    eprintln!(
+                        "rep {rep} engine 2 workers tx_select {name:<10} {m:>7.2} Mpps, {:.1} % dropped",
+                        dropped * 100.0
+                    );
+                    two[k].0.push(m);
+                    two[k].1.push(dropped);
+                }
+            }
+        }
+        let two: Vec<(f64, f64)> = two
+            .iter_mut()
+            .map(|(m, d)| if m.is_empty() { (0.0, 0.0) } else { (median(m), median(d)) })
+            .collect();
         let med: Vec<f64> = mpps.iter_mut().map(|r| median(r)).collect();
         let rat: Vec<f64> = ratio.iter_mut().map(|r| median(r)).collect();
         let names: Vec<String> = rows
@@ -924,6 +1048,22 @@ mod imp {
                 format!("{:.1}", r.added_ns),
             ]);
         }
+        let mut wt = cakewalk_benches::report::Table::new(&[
+            "engine, 2 workers",
+            "Mpps delivered (median)",
+            "dropped (median)",
+        ]);
+        if two_workers {
+            println!("engine, 2 workers, 2 RX + 2 TX queues, CAKE unlimited + bypass:");
+            for ((name, _), (m, d)) in TX_SELECT_ROWS.iter().zip(&two) {
+                println!("  tx_select {name:<10} {m:>7.2} Mpps, {:.1} % dropped", d * 100.0);
+                wt.push(vec![
+                    format!("tx_select = \"{name}\""),
+                    format!("{m:.2}"),
+                    format!("{:.1} %", d * 100.0),
+                ]);
+            }
+        }
         if args.write {
             let mut t = cakewalk_benches::report::Table::new(&[
                 "row",
@@ -987,6 +1127,23 @@ mod imp {
                     )
                 },
             );
+            let body = if two_workers {
+                format!(
+                    "{body}\n\n### The engine with two workers: TX queue choice\n\n\
+                     The forwarder's engine, two busy-polling workers pinned to the two bench cores, on a \
+                     `net_pcap` with two receive queues (each replays the file) -> `net_null` with two TX \
+                     queues; `engine.tx_queues = 2`, CAKE unlimited with the bypass (`cakewalk run`'s \
+                     defaults). `flow-hash` picks each frame's TX queue by flow hash, so about half of them \
+                     go to the queue the other worker runs (its intake, or its hand-off ring for a \
+                     bypassed frame, and a full one drops); `worker` sends on the worker's own queue \
+                     (Linux's XPS). Dropped = 1 - delivered / received over the run. Medians over {} \
+                     reps.\n\n{}",
+                    args.reps,
+                    wt.to_markdown().trim_end()
+                )
+            } else {
+                body
+            };
             let path = args.benchmarks.clone().unwrap_or_else(|| {
                 std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md")
             });

@@ -32,12 +32,14 @@ enum Op {
         len: usize,
         ack: bool,
     },
-    /// `n` packets of one flow through `TxQueue::enqueue_burst_into` (the engine's path).
+    /// `n` packets of one flow through `TxQueue::enqueue_burst_into` (the engine's path), or
+    /// `enqueue_burst_as_peer` (a worker offering to a queue another one runs).
     BurstInto {
         flow: u32,
         n: usize,
         len: usize,
         ack: bool,
+        peer: bool,
     },
     Run {
         budget: usize,
@@ -61,8 +63,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(flow, len, ack)| Op::Offer { flow, len, ack }),
         3 => (0..6u32, 1..24usize, 40..1600usize, any::<bool>())
             .prop_map(|(flow, n, len, ack)| Op::Burst { flow, n, len, ack }),
-        3 => (0..6u32, 1..24usize, 40..1600usize, any::<bool>())
-            .prop_map(|(flow, n, len, ack)| Op::BurstInto { flow, n, len, ack }),
+        3 => (0..6u32, 1..24usize, 40..1600usize, any::<bool>(), any::<bool>())
+            .prop_map(|(flow, n, len, ack, peer)| Op::BurstInto { flow, n, len, ack, peer }),
         4 => (1..48usize).prop_map(|budget| Op::Run { budget }),
         3 => (0..3_000_000u64).prop_map(|ns| Op::Advance { ns }),
         1 => (0..4u8).prop_map(|rate| Op::SetRate { rate }),
@@ -261,7 +263,7 @@ proptest! {
                         check(&q, &tally, &when);
                     }
                 }
-                Op::BurstInto { flow, n, len, ack } => {
+                Op::BurstInto { flow, n, len, ack, peer } => {
                     let mut pkts: Vec<_> = (0..n)
                         .map(|_| {
                             seq += 1;
@@ -277,8 +279,11 @@ proptest! {
                     let mut metas = vec![PacketMeta::default(); n];
                     let mut bypassed = Vec::new();
                     let m = meta(flow);
-                    let outcome =
-                        q.enqueue_burst_into(now, &mut pkts, &mut metas, |_, md| *md = m, &mut bypassed);
+                    let outcome = if peer {
+                        q.enqueue_burst_as_peer(now, &mut pkts, &mut metas, |_, md| *md = m, &mut bypassed)
+                    } else {
+                        q.enqueue_burst_into(now, &mut pkts, &mut metas, |_, md| *md = m, &mut bypassed)
+                    };
                     prop_assert_eq!(outcome.bypassed, bypassed.len());
                     prop_assert_eq!(outcome.bypassed + outcome.queued + outcome.dropped, n);
                     prop_assert_eq!(outcome.offered_bytes, n as u64 * bytes_each);

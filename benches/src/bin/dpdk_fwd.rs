@@ -542,8 +542,7 @@ mod imp {
             rate: Rate::UNLIMITED,
             ..CakeConfig::default()
         });
-        let (shapers, _targets) =
-            build_queues::<Mbuf>(&choice, 2, 2, TxQueueOptions::default())?;
+        let (shapers, _targets) = build_queues::<Mbuf>(&choice, 2, 2, TxQueueOptions::default())?;
         let ecfg = EngineConfig {
             workers: 2,
             tx_queues: 2,
@@ -954,7 +953,8 @@ mod imp {
         }
         let scaling = thread_table(&eal, &mut all_ports, machine, args)?;
         // Two workers, by TX queue choice: medians over the reps (each rep runs both rows).
-        let mut two: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); TX_SELECT_ROWS.len()];
+        let mut two: Vec<(Vec<f64>, Vec<f64>)> =
+            vec![(Vec::new(), Vec::new()); TX_SELECT_ROWS.len()];
         if two_workers {
             let mut index = 0;
             for rep in 0..args.reps {
@@ -973,7 +973,13 @@ mod imp {
         }
         let two: Vec<(f64, f64)> = two
             .iter_mut()
-            .map(|(m, d)| if m.is_empty() { (0.0, 0.0) } else { (median(m), median(d)) })
+            .map(|(m, d)| {
+                if m.is_empty() {
+                    (0.0, 0.0)
+                } else {
+                    (median(m), median(d))
+                }
+            })
             .collect();
         let med: Vec<f64> = mpps.iter_mut().map(|r| median(r)).collect();
         let rat: Vec<f64> = ratio.iter_mut().map(|r| median(r)).collect();
@@ -1056,7 +1062,10 @@ mod imp {
         if two_workers {
             println!("engine, 2 workers, 2 RX + 2 TX queues, CAKE unlimited + bypass:");
             for ((name, _), (m, d)) in TX_SELECT_ROWS.iter().zip(&two) {
-                println!("  tx_select {name:<10} {m:>7.2} Mpps, {:.1} % dropped", d * 100.0);
+                println!(
+                    "  tx_select {name:<10} {m:>7.2} Mpps, {:.1} % dropped",
+                    d * 100.0
+                );
                 wt.push(vec![
                     format!("tx_select = \"{name}\""),
                     format!("{m:.2}"),

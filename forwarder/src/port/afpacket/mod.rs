@@ -14,8 +14,13 @@
 //! whose peer has offloads on, or a jumbo frame) cannot be forwarded intact: it is counted in
 //! `rx_oversize` and dropped, deliberately, rather than forwarded truncated. Turn the offloads
 //! off on the hosts that send into the port (`ethtool -K DEV tx off tso off gso off gro off`)
-//! or raise the pool's buffer size. VLAN tags that the kernel moved out of the frame (rx VLAN
-//! offload) are not put back; turn `rxvlan` off on such interfaces.
+//! or raise the pool's buffer size.
+//!
+//! **VLAN tags.** The kernel takes the outermost VLAN tag out of every received frame
+//! (`skb_vlan_untag`, whatever the interface's `rxvlan` setting) and shows it to a packet
+//! socket only in its `PACKET_AUXDATA` message; the port puts it back in the frame, so a tagged
+//! frame leaves on the VLAN it came in on. A frame that fits a buffer only without its tag is
+//! counted in `rx_oversize`.
 //!
 //! **Transmit.** Frames go through the interface's kernel qdisc unless
 //! [`AfPacketConfig::qdisc_bypass`] is set (a lab may put a kernel HTB there for comparison).
@@ -35,7 +40,7 @@ use std::sync::Arc;
 use super::pool::{Pool, PoolBuf};
 use super::{PortBuf, PortRx, PortTx};
 
-use sys::{PacketSocket, BATCH_MAX, ETH_P_ALL};
+use sys::{PacketSocket, Received, BATCH_MAX, ETH_P_ALL};
 
 /// Linux capability bit numbers (linux/capability.h).
 const CAP_NET_ADMIN: u32 = 12;
@@ -261,6 +266,11 @@ impl AfPacketPort {
             set_buffer(&sock, iface, true, cfg.rx_buffer_bytes)?;
             sock.set_int(libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
                 .map_err(|e| syscall_err("setsockopt(PACKET_IGNORE_OUTGOING)", iface, e))?;
+            // The kernel always takes a received frame's VLAN tag out of the data (even with
+            // rxvlan off); it reaches a packet socket only in this control message, and is
+            // put back before the frame is handed on (see `restore_vlan_tag`).
+            sock.set_int(libc::SOL_PACKET, libc::PACKET_AUXDATA, 1)
+                .map_err(|e| syscall_err("setsockopt(PACKET_AUXDATA)", iface, e))?;
             sock.bind(ifindex, ETH_P_ALL)
                 .map_err(|e| syscall_err("bind", iface, e))?;
             if cfg.promiscuous {
@@ -401,6 +411,24 @@ pub fn missing_capabilities(status: &str) -> Vec<&'static str> {
     .collect()
 }
 
+/// Puts a VLAN tag (TPID, TCI) back after the MAC addresses of the `len`-byte frame at the
+/// start of `buf`, where it was on the wire; returns the new length, or `None` when `buf` has
+/// no room for the four bytes. A frame too short to hold the addresses (not one a kernel
+/// Ethernet device delivers) is left as it is.
+fn restore_vlan_tag(buf: &mut [u8], len: usize, tpid: u16, tci: u16) -> Option<usize> {
+    const MACS: usize = 12;
+    if len < MACS || len > buf.len() {
+        return Some(len.min(buf.len()));
+    }
+    if len + 4 > buf.len() {
+        return None;
+    }
+    buf.copy_within(MACS..len, MACS + 4);
+    buf[MACS..MACS + 2].copy_from_slice(&tpid.to_be_bytes());
+    buf[MACS + 2..MACS + 4].copy_from_slice(&tci.to_be_bytes());
+    Some(len + 4)
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct RxTally {
     packets: u64,
@@ -474,7 +502,7 @@ impl PortRx for AfPacketRx {
                 break;
             }
             let n = self.spare.len().min(want);
-            let mut lens = [(0usize, false); BATCH_MAX];
+            let mut lens = [Received::default(); BATCH_MAX];
             let got = {
                 let mut slices: [&mut [u8]; BATCH_MAX] =
                     std::array::from_fn(|_| <&mut [u8]>::default());
@@ -491,11 +519,26 @@ impl PortRx for AfPacketRx {
                     break;
                 }
             };
-            for (mut buf, &(len, truncated)) in self.spare.drain(..got).zip(lens.iter()) {
-                if truncated {
+            for (mut buf, r) in self.spare.drain(..got).zip(lens.iter()) {
+                if r.truncated {
                     self.tally.oversize += 1;
                     continue;
                 }
+                let len = match r.vlan {
+                    None => r.len,
+                    Some((tpid, tci)) => {
+                        let cap = buf.capacity();
+                        match restore_vlan_tag(buf.set_len(cap), r.len, tpid, tci) {
+                            Some(len) => len,
+                            None => {
+                                // The frame fit only without its tag: forwarding it untagged
+                                // would move it to another VLAN.
+                                self.tally.oversize += 1;
+                                continue;
+                            }
+                        }
+                    }
+                };
                 buf.set_len(len);
                 self.tally.bytes += len as u64;
                 burst.push(buf);
@@ -681,6 +724,20 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_vlan_tag_goes_back_after_the_mac_addresses() {
+        let mut buf = [0u8; 24];
+        let frame: Vec<u8> = (1..=18).collect();
+        buf[..18].copy_from_slice(&frame);
+        assert_eq!(restore_vlan_tag(&mut buf, 18, 0x8100, 0x2064), Some(22));
+        assert_eq!(&buf[..12], &frame[..12]);
+        assert_eq!(&buf[12..16], &[0x81, 0x00, 0x20, 0x64]);
+        assert_eq!(&buf[16..22], &frame[12..18]);
+        // No room for the tag: refused, never forwarded untagged.
+        let mut small = [0u8; 20];
+        assert_eq!(restore_vlan_tag(&mut small, 18, 0x88a8, 1), None);
+    }
+
     // ---- Privileged tests: each runs in a network namespace of its own (the test thread
     // unshares one), with one veth pair va <-> vb. The namespace and the veths vanish when the
     // thread ends, pass or fail. Run with `scripts/test lab` (root).
@@ -833,6 +890,54 @@ mod tests {
         );
         assert_eq!(bt.rx_packets, 600);
         assert_eq!((bt.rx_oversize, bt.rx_errors, at.tx_errors), (0, 0, 0));
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace and a veth pair"]
+    fn vlan_tagged_frames_arrive_with_their_tag() {
+        if !enter_veth_lab() {
+            return;
+        }
+        let pool = Pool::new(256, 2048);
+        let a = AfPacketPort::open(&AfPacketConfig::new("va"), pool).unwrap();
+        let b = AfPacketPort::open(&AfPacketConfig::new("vb"), pool).unwrap();
+        let (_a_rx, mut a_tx) = a.split();
+        let (mut b_rx, _b_tx) = b.split();
+        // Untagged, 802.1Q (VLAN 100, PCP 1) and 802.1ad over 802.1Q (QinQ) frames.
+        let tags: [&[u8]; 3] = [
+            &[],
+            &[0x81, 0x00, 0x20, 0x64],
+            &[0x88, 0xa8, 0, 7, 0x81, 0, 0, 9],
+        ];
+        let expected: Vec<Vec<u8>> = (0..30u32)
+            .map(|i| {
+                let plain = test_frame(&pool, i, 100).data().to_vec();
+                let tag = tags[i as usize % 3];
+                [&plain[..12], tag, &plain[12..]].concat()
+            })
+            .collect();
+        let frames = expected
+            .iter()
+            .map(|f| pool.alloc_copy(f).unwrap())
+            .collect();
+        send_all(&mut a_tx[0], frames);
+        let mut got = Vec::new();
+        let mut burst = Vec::with_capacity(64);
+        for _ in 0..MAX_POLLS {
+            b_rx[0].rx_burst(&mut burst, 64);
+            got.extend(burst.drain(..).map(|b| b.data().to_vec()).filter(|f| {
+                f.windows(2).any(|w| w == TEST_ETHERTYPE)
+                    && f.get(0..6) == Some(&[2, 0, 0, 0, 0, 0xbb][..])
+            }));
+            if got.len() >= expected.len() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(got.len(), expected.len());
+        for (g, e) in got.iter().zip(&expected) {
+            assert_eq!(g, e);
+        }
     }
 
     #[test]

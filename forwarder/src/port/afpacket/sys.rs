@@ -45,6 +45,67 @@ pub(crate) fn if_index(name: &str) -> io::Result<Option<u32>> {
     }
 }
 
+/// What [`PacketSocket::recv_batch`] learned about one frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Received {
+    /// The frame's length on the wire, without the VLAN tag the kernel took out.
+    pub(crate) len: usize,
+    /// The frame was longer than its buffer.
+    pub(crate) truncated: bool,
+    /// The outermost VLAN tag as (TPID, TCI), host order, when the kernel took it out of the
+    /// frame: it always does on receive (`skb_vlan_untag`, whatever the interface's rxvlan
+    /// setting), and a packet socket sees it only in `PACKET_AUXDATA`.
+    pub(crate) vlan: Option<(u16, u16)>,
+}
+
+/// `u64` words of control buffer per frame: room for one `cmsghdr` with a `tpacket_auxdata`
+/// (`CMSG_SPACE(20)` = 40 bytes on 64-bit Linux) and some spare.
+const CONTROL_WORDS: usize = 8;
+
+/// `TP_STATUS_VLAN_VALID` and `TP_STATUS_VLAN_TPID_VALID` (linux/if_packet.h).
+const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+
+/// Reads the VLAN tag out of the first `len` bytes of a frame's control messages, written by
+/// the kernel in `cmsghdr` layout; `None` without a `PACKET_AUXDATA` message or a valid tag.
+fn vlan_from_control(control: &[u64; CONTROL_WORDS], len: usize) -> Option<(u16, u16)> {
+    let mut raw = [0u8; CONTROL_WORDS * 8];
+    for (chunk, word) in raw.chunks_exact_mut(8).zip(control) {
+        chunk.copy_from_slice(&word.to_ne_bytes());
+    }
+    let raw = &raw[..len.min(raw.len())];
+    let hdr = mem::size_of::<libc::cmsghdr>();
+    let mut at = 0;
+    // cmsghdr: cmsg_len (size_t), cmsg_level (int), cmsg_type (int), then the data aligned to
+    // size_t; each message starts at a size_t-aligned offset.
+    while at + hdr <= raw.len() {
+        let word = mem::size_of::<usize>();
+        let cmsg_len = usize::from_ne_bytes(raw[at..at + word].try_into().ok()?);
+        let level = i32::from_ne_bytes(raw[at + word..at + word + 4].try_into().ok()?);
+        let kind = i32::from_ne_bytes(raw[at + word + 4..at + word + 8].try_into().ok()?);
+        if cmsg_len < hdr || at + cmsg_len > raw.len() {
+            return None;
+        }
+        if level == libc::SOL_PACKET && kind == libc::PACKET_AUXDATA && cmsg_len >= hdr + 20 {
+            let d = &raw[at + hdr..at + hdr + 20];
+            let status = u32::from_ne_bytes(d[0..4].try_into().ok()?);
+            let tci = u16::from_ne_bytes(d[16..18].try_into().ok()?);
+            let tpid = u16::from_ne_bytes(d[18..20].try_into().ok()?);
+            if status & TP_STATUS_VLAN_VALID == 0 {
+                return None;
+            }
+            let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
+                tpid
+            } else {
+                0x8100
+            };
+            return Some((tpid, tci));
+        }
+        at += cmsg_len.div_ceil(word) * word;
+    }
+    None
+}
+
 /// An AF_PACKET `SOCK_RAW` socket, non-blocking and close-on-exec. Closed on drop, which also
 /// drops its promiscuous membership and fanout group membership.
 #[derive(Debug)]
@@ -141,13 +202,16 @@ impl PacketSocket {
     }
 
     /// Receives up to `bufs.len()` (at most [`BATCH_MAX`]) frames without blocking, each into
-    /// its own buffer. For each frame `i < n`, `out[i]` is `(frame length, truncated)`: a frame
-    /// longer than its buffer is reported with its full length and `truncated = true` (its
-    /// buffer then holds only the first bytes). Returns `Ok(0)` when nothing is waiting.
+    /// its own buffer. For each frame `i < n`, `out[i]` describes it (see [`Received`]): a
+    /// frame longer than its buffer is reported with its full length and `truncated = true`
+    /// (its buffer then holds only the first bytes). The VLAN tag comes from the
+    /// `PACKET_AUXDATA` message, so the socket must have that option on (see
+    /// [`PacketSocket::set_int`]); without it `vlan` is always `None`. Returns `Ok(0)` when
+    /// nothing is waiting.
     pub(crate) fn recv_batch(
         &self,
         bufs: &mut [&mut [u8]],
-        out: &mut [(usize, bool)],
+        out: &mut [Received],
     ) -> io::Result<usize> {
         let n = bufs.len().min(out.len()).min(BATCH_MAX);
         if n == 0 {
@@ -155,6 +219,9 @@ impl PacketSocket {
         }
         let mut iovs = [MaybeUninit::<libc::iovec>::uninit(); BATCH_MAX];
         let mut msgs = [MaybeUninit::<libc::mmsghdr>::uninit(); BATCH_MAX];
+        // One control buffer per frame for its PACKET_AUXDATA message; u64 words keep it
+        // aligned for `cmsghdr`.
+        let mut controls = [[0u64; CONTROL_WORDS]; BATCH_MAX];
         for i in 0..n {
             let iov = iovs[i].write(libc::iovec {
                 iov_base: bufs[i].as_mut_ptr().cast(),
@@ -164,11 +231,14 @@ impl PacketSocket {
             let mut msg: libc::mmsghdr = unsafe { mem::zeroed() };
             msg.msg_hdr.msg_iov = iov;
             msg.msg_hdr.msg_iovlen = 1;
+            msg.msg_hdr.msg_control = controls[i].as_mut_ptr().cast();
+            msg.msg_hdr.msg_controllen = mem::size_of::<[u64; CONTROL_WORDS]>();
             msgs[i].write(msg);
         }
         // SAFETY: the first `n` entries of `msgs` are initialised and each points at one iovec
-        // describing a distinct, live, writable buffer borrowed mutably for this call. MSG_TRUNC
-        // makes the kernel report a truncated frame's real length instead of the copied length.
+        // describing a distinct, live, writable buffer borrowed mutably for this call, and at
+        // its own live control buffer of the length given. MSG_TRUNC makes the kernel report
+        // a truncated frame's real length instead of the copied length.
         let got = unsafe {
             libc::recvmmsg(
                 self.fd.as_raw_fd(),
@@ -192,7 +262,12 @@ impl PacketSocket {
             let msg = unsafe { msgs[i].assume_init_ref() };
             let len = msg.msg_len as usize;
             let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > bufs[i].len();
-            out[i] = (len, truncated);
+            let control_len = msg.msg_hdr.msg_controllen.min(CONTROL_WORDS * 8);
+            out[i] = Received {
+                len,
+                truncated,
+                vlan: vlan_from_control(&controls[i], control_len),
+            };
         }
         Ok(got)
     }

@@ -17,11 +17,13 @@ mod ecn;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
+mod offload;
 mod parse;
 pub mod tcp;
 
 pub use build::{build_tcp_frame, build_udp_frame, TcpSpec, DST_MAC, SRC_MAC};
 pub use ecn::{set_ce, set_ce_at, wash_dscp};
+pub use offload::complete_partial_checksum;
 pub use parse::{parse, parse_into, protocol, tcp_ack_info, Malformed, Parsed, ARP_DSCP};
 
 #[cfg(test)]

@@ -16,6 +16,10 @@
 //! off on the hosts that send into the port (`ethtool -K DEV tx off tso off gso off gro off`)
 //! or raise the pool's buffer size.
 //!
+//! **Checksum offload.** A sender with `tx-checksumming` on (every veth by default) leaves
+//! TCP and UDP checksums for its device to finish; such a frame arrives here unfinished
+//! (`TP_STATUS_CSUMNOTREADY`) and the port completes the checksum before handing it on.
+//!
 //! **VLAN tags.** The kernel takes the outermost VLAN tag out of every received frame
 //! (`skb_vlan_untag`, whatever the interface's `rxvlan` setting) and shows it to a packet
 //! socket only in its `PACKET_AUXDATA` message; the port puts it back in the frame, so a tagged
@@ -539,7 +543,12 @@ impl PortRx for AfPacketRx {
                         }
                     }
                 };
-                buf.set_len(len);
+                let frame = buf.set_len(len);
+                if r.checksum_partial {
+                    // A sender with checksum offload (any veth by default) left the sum to
+                    // the device; sent on as it is, the receiver would drop it silently.
+                    crate::wire::complete_partial_checksum(frame);
+                }
                 self.tally.bytes += len as u64;
                 burst.push(buf);
                 appended += 1;
@@ -937,6 +946,62 @@ mod tests {
         assert_eq!(got.len(), expected.len());
         for (g, e) in got.iter().zip(&expected) {
             assert_eq!(g, e);
+        }
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace and a veth pair"]
+    fn udp_from_a_host_with_checksum_offload_arrives_with_a_valid_checksum() {
+        if !enter_veth_lab() {
+            return;
+        }
+        // A veth offers tx checksumming by default: the kernel's UDP leaves the checksum to
+        // it, and the frame reaches vb's packet socket with only the pseudo-header sum.
+        run("ethtool", &["-K", "va", "tx", "on"]);
+        run("ip", &["addr", "add", "198.18.0.1/24", "dev", "va"]);
+        run(
+            "ip",
+            &[
+                "neigh",
+                "add",
+                "198.18.0.2",
+                "lladdr",
+                "02:00:00:00:00:bb",
+                "dev",
+                "va",
+            ],
+        );
+        let pool = Pool::new(256, 2048);
+        let b = AfPacketPort::open(&AfPacketConfig::new("vb"), pool).unwrap();
+        let (mut b_rx, _b_tx) = b.split();
+        let sock = std::net::UdpSocket::bind("198.18.0.1:0").unwrap();
+        for i in 0..10u8 {
+            sock.send_to(&[i; 77], "198.18.0.2:9").unwrap();
+        }
+        let mut got = Vec::new();
+        let mut burst = Vec::with_capacity(64);
+        for _ in 0..MAX_POLLS {
+            b_rx[0].rx_burst(&mut burst, 64);
+            got.extend(
+                burst
+                    .drain(..)
+                    .filter(|f| f.data().get(23) == Some(&17))
+                    .map(|f| f.data().to_vec()),
+            );
+            if got.len() >= 10 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(got.len(), 10);
+        for f in &got {
+            let l4_len = f.len() - 34;
+            let pseudo = crate::wire::checksum::sum(l4_len as u32 + 17, &f[26..34]);
+            assert_eq!(
+                crate::wire::checksum::sum(u32::from(pseudo), &f[34..]),
+                0xffff,
+                "bad UDP checksum in {f:02x?}"
+            );
         }
     }
 

@@ -56,19 +56,41 @@ pub(crate) struct Received {
     /// frame: it always does on receive (`skb_vlan_untag`, whatever the interface's rxvlan
     /// setting), and a packet socket sees it only in `PACKET_AUXDATA`.
     pub(crate) vlan: Option<(u16, u16)>,
+    /// The sender left the TCP/UDP checksum to its device (`TP_STATUS_CSUMNOTREADY`): the
+    /// field holds only the pseudo-header sum.
+    pub(crate) checksum_partial: bool,
 }
 
 /// `u64` words of control buffer per frame: room for one `cmsghdr` with a `tpacket_auxdata`
 /// (`CMSG_SPACE(20)` = 40 bytes on 64-bit Linux) and some spare.
 const CONTROL_WORDS: usize = 8;
 
-/// `TP_STATUS_VLAN_VALID` and `TP_STATUS_VLAN_TPID_VALID` (linux/if_packet.h).
+/// `TP_STATUS_CSUMNOTREADY`, `TP_STATUS_VLAN_VALID` and `TP_STATUS_VLAN_TPID_VALID`
+/// (linux/if_packet.h).
+const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 
-/// Reads the VLAN tag out of the first `len` bytes of a frame's control messages, written by
-/// the kernel in `cmsghdr` layout; `None` without a `PACKET_AUXDATA` message or a valid tag.
-fn vlan_from_control(control: &[u64; CONTROL_WORDS], len: usize) -> Option<(u16, u16)> {
+/// Reads the VLAN tag and the partial-checksum flag out of the first `len` bytes of a frame's
+/// control messages, written by the kernel in `cmsghdr` layout; `(None, false)` without a
+/// `PACKET_AUXDATA` message.
+fn aux_from_control(control: &[u64; CONTROL_WORDS], len: usize) -> (Option<(u16, u16)>, bool) {
+    aux_status(control, len).map_or((None, false), |(status, tci, tpid)| {
+        let vlan = (status & TP_STATUS_VLAN_VALID != 0).then(|| {
+            let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
+                tpid
+            } else {
+                0x8100
+            };
+            (tpid, tci)
+        });
+        (vlan, status & TP_STATUS_CSUMNOTREADY != 0)
+    })
+}
+
+/// The `tp_status`, `tp_vlan_tci` and `tp_vlan_tpid` of the `PACKET_AUXDATA` message among
+/// the first `len` bytes of `control`.
+fn aux_status(control: &[u64; CONTROL_WORDS], len: usize) -> Option<(u32, u16, u16)> {
     let mut raw = [0u8; CONTROL_WORDS * 8];
     for (chunk, word) in raw.chunks_exact_mut(8).zip(control) {
         chunk.copy_from_slice(&word.to_ne_bytes());
@@ -91,15 +113,7 @@ fn vlan_from_control(control: &[u64; CONTROL_WORDS], len: usize) -> Option<(u16,
             let status = u32::from_ne_bytes(d[0..4].try_into().ok()?);
             let tci = u16::from_ne_bytes(d[16..18].try_into().ok()?);
             let tpid = u16::from_ne_bytes(d[18..20].try_into().ok()?);
-            if status & TP_STATUS_VLAN_VALID == 0 {
-                return None;
-            }
-            let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
-                tpid
-            } else {
-                0x8100
-            };
-            return Some((tpid, tci));
+            return Some((status, tci, tpid));
         }
         at += cmsg_len.div_ceil(word) * word;
     }
@@ -263,10 +277,12 @@ impl PacketSocket {
             let len = msg.msg_len as usize;
             let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > bufs[i].len();
             let control_len = msg.msg_hdr.msg_controllen.min(CONTROL_WORDS * 8);
+            let (vlan, checksum_partial) = aux_from_control(&controls[i], control_len);
             out[i] = Received {
                 len,
                 truncated,
-                vlan: vlan_from_control(&controls[i], control_len),
+                vlan,
+                checksum_partial,
             };
         }
         Ok(got)

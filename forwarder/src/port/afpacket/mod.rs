@@ -493,8 +493,12 @@ impl PortRx for AfPacketRx {
 
     fn rx_burst(&mut self, burst: &mut Vec<PoolBuf>, max: usize) -> usize {
         let mut appended = 0;
-        while appended < max {
-            let want = (max - appended).min(BATCH_MAX);
+        // Frames taken from the socket, dropped ones included: the burst ends after `max` of
+        // them, so a flood of frames that are all dropped (oversize) cannot keep the caller
+        // here, away from its transmit queues and its stop flag, for as long as it lasts.
+        let mut read = 0;
+        while read < max {
+            let want = (max - read).min(BATCH_MAX);
             while self.spare.len() < want {
                 match self.pool.alloc() {
                     Some(b) => self.spare.push(b),
@@ -523,6 +527,7 @@ impl PortRx for AfPacketRx {
                     break;
                 }
             };
+            read += got;
             for (mut buf, r) in self.spare.drain(..got).zip(lens.iter()) {
                 if r.truncated {
                     self.tally.oversize += 1;
@@ -1037,6 +1042,42 @@ mod tests {
         }
         assert!(burst.is_empty());
         assert_eq!(b_stats.totals().rx_oversize, 20);
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace and a veth pair"]
+    fn a_receive_burst_reads_at_most_its_size_even_when_every_frame_is_oversize() {
+        if !enter_veth_lab() {
+            return;
+        }
+        let big_pool = Pool::new(512, 2048);
+        let small_pool = Pool::new(64, 256);
+        let a = AfPacketPort::open(&AfPacketConfig::new("va"), big_pool).unwrap();
+        let b = AfPacketPort::open(&AfPacketConfig::new("vb"), small_pool).unwrap();
+        let b_stats = b.stats();
+        let (_a_rx, mut a_tx) = a.split();
+        let (mut b_rx, _b_tx) = b.split();
+        // 300 frames too long for b's buffers, then one that fits.
+        let mut frames: Vec<_> = (0..300u32)
+            .map(|i| test_frame(&big_pool, i, 1000))
+            .collect();
+        frames.push(test_frame(&big_pool, 300, 100));
+        send_all(&mut a_tx[0], frames);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // A flood of oversize frames must not keep one call reading (and the worker away
+        // from its transmit queues, its stop flag and its drain) for as long as it lasts.
+        let mut burst = Vec::with_capacity(8);
+        b_rx[0].rx_burst(&mut burst, 8);
+        let t = b_stats.totals();
+        assert!(
+            t.rx_oversize + burst.len() as u64 <= 8,
+            "one 8-frame burst read {} oversize frames",
+            t.rx_oversize
+        );
+        // Later bursts read the rest, and the small frame arrives after all.
+        let got = receive(&mut b_rx[0], 1, MAX_POLLS);
+        assert_eq!(got.len(), 1);
+        assert_eq!(b_stats.totals().rx_oversize, 300);
     }
 
     #[test]

@@ -260,9 +260,8 @@ impl AfPacketPort {
             .ok_or_else(|| AfPacketError::InterfaceNotFound {
                 iface: iface.to_string(),
             })?;
-        // Fanout group ids are per network namespace; the pid and ifindex make collisions
-        // with another process on the same interface unlikely.
-        let fanout_group = ((std::process::id() ^ (ifindex << 8)) & 0xffff) as libc::c_int;
+        // The fanout group id, chosen by the kernel when the first socket joins.
+        let mut fanout_group: Option<libc::c_int> = None;
         let mut stats = AfPacketStats::default();
         let mut rx = Vec::with_capacity(cfg.rx_queues);
         for _ in 0..cfg.rx_queues {
@@ -285,12 +284,26 @@ impl AfPacketPort {
             if cfg.rx_queues > 1 {
                 let mode =
                     (libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) as libc::c_int;
-                sock.set_int(
-                    libc::SOL_PACKET,
-                    libc::PACKET_FANOUT,
-                    fanout_group | (mode << 16),
-                )
-                .map_err(|e| syscall_err("setsockopt(PACKET_FANOUT)", iface, e))?;
+                let fanout_err = |e| syscall_err("setsockopt(PACKET_FANOUT)", iface, e);
+                match fanout_group {
+                    Some(id) => sock
+                        .set_int(libc::SOL_PACKET, libc::PACKET_FANOUT, id | (mode << 16))
+                        .map_err(fanout_err)?,
+                    None => {
+                        // Group ids are shared by every interface and process of the
+                        // namespace, and joining an id that another interface's group holds
+                        // fails (EINVAL): an id derived from the pid and ifindex made two
+                        // ports whose ifindexes differ by 256 refuse to start. The kernel
+                        // picks an unused id instead (UNIQUEID); the other queues join it.
+                        let unique = libc::PACKET_FANOUT_FLAG_UNIQUEID as libc::c_int;
+                        sock.set_int(libc::SOL_PACKET, libc::PACKET_FANOUT, (mode | unique) << 16)
+                            .map_err(fanout_err)?;
+                        let joined = sock
+                            .get_int(libc::SOL_PACKET, libc::PACKET_FANOUT)
+                            .map_err(|e| syscall_err("getsockopt(PACKET_FANOUT)", iface, e))?;
+                        fanout_group = Some(joined & 0xffff);
+                    }
+                }
             }
             let counters = Arc::new(RxCounters::default());
             stats.rx.push(counters.clone());
@@ -1133,6 +1146,36 @@ mod tests {
                 !per_queue[1].contains(port),
                 "flow {port} was split over both queues"
             );
+        }
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace and a veth pair"]
+    fn ports_with_several_receive_queues_open_whatever_their_interface_indexes() {
+        if !enter_veth_lab() {
+            return;
+        }
+        // Fanout group ids are per namespace: a second port whose ifindex is the first's plus
+        // 256 must still get a group of its own.
+        let va = sys::if_index("va").unwrap().expect("va exists");
+        let (vc, vd) = ((va + 256).to_string(), (va + 300).to_string());
+        run(
+            "ip",
+            &[
+                "link", "add", "vc", "index", &vc, "type", "veth", "peer", "name", "vd", "index",
+                &vd,
+            ],
+        );
+        run("ip", &["link", "set", "vc", "up"]);
+        let pool = Pool::new(1024, 2048);
+        let mut ports = Vec::new();
+        for iface in ["va", "vc", "vb"] {
+            let mut cfg = AfPacketConfig::new(iface);
+            cfg.rx_queues = 2;
+            match AfPacketPort::open(&cfg, pool) {
+                Ok(p) => ports.push(p),
+                Err(e) => panic!("opening {iface} with 2 receive queues: {e:#?}"),
+            }
         }
     }
 

@@ -173,6 +173,23 @@ impl PacketSocket {
         self.set_raw(level, name, &value)
     }
 
+    /// Reads an integer socket option.
+    pub(crate) fn get_int(&self, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+        let mut value: libc::c_int = 0;
+        let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `value` and `len` are valid for writes and `len` holds the size of `value`.
+        check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        })?;
+        Ok(value)
+    }
+
     /// Puts interface `ifindex` into promiscuous mode for as long as this socket lives.
     pub(crate) fn add_promisc(&self, ifindex: u32) -> io::Result<()> {
         // SAFETY: packet_mreq is plain old data for which all-zero bytes are valid.

@@ -4,9 +4,10 @@
 //! Each receive queue is one `SOCK_RAW` packet socket bound to the interface for every protocol,
 //! with the interface in promiscuous mode and `PACKET_IGNORE_OUTGOING` set so a socket never
 //! sees what cakewalk itself transmits. With several receive queues the sockets join one
-//! `PACKET_FANOUT` group in hash mode (with defragmentation), so the kernel spreads flows over
-//! queues and keeps each flow on one queue. Each transmit queue is its own socket bound with
-//! protocol 0, which receives nothing. Sockets are non-blocking; batches go through
+//! `PACKET_FANOUT` group in hash mode, so the kernel spreads flows over queues and keeps each
+//! flow on one queue (IP fragments are passed on as they came, never reassembled); the group
+//! ignores outgoing frames too. Each transmit queue is its own socket bound with protocol 0,
+//! which receives nothing. Sockets are non-blocking; batches go through
 //! `recvmmsg`/`sendmmsg` straight into and out of [`PoolBuf`]s, so a burst costs one system
 //! call per 64 frames and no allocation or copy in user space.
 //!
@@ -285,9 +286,11 @@ impl AfPacketPort {
                 // IGNORE_OUTGOING: a group delivers through its own hook, which ignores the
                 // sockets' PACKET_IGNORE_OUTGOING; without the flag the queues read back every
                 // frame the port sends, and two such ports bounce frames between them forever.
-                let mode = (libc::PACKET_FANOUT_HASH
-                    | libc::PACKET_FANOUT_FLAG_DEFRAG
-                    | libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING)
+                // No DEFRAG: it hands the sockets reassembled datagrams, which a forwarder
+                // cannot send on (longer than the MTU, or than a buffer). The flow hash leaves
+                // the ports out of every fragment, so one datagram's fragments still share a
+                // queue.
+                let mode = (libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING)
                     as libc::c_int;
                 let fanout_err = |e| syscall_err("setsockopt(PACKET_FANOUT)", iface, e);
                 match fanout_group {
@@ -1183,6 +1186,80 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(seen, 0, "the port read back {seen} of its own 50 frames");
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace and a veth pair"]
+    fn ip_fragments_reach_a_port_with_several_receive_queues_as_they_were_sent() {
+        if !enter_veth_lab() {
+            return;
+        }
+        let pool = Pool::new(1024, 2048);
+        let a = AfPacketPort::open(&AfPacketConfig::new("va"), pool).unwrap();
+        let mut cfg = AfPacketConfig::new("vb");
+        cfg.rx_queues = 2;
+        let b = AfPacketPort::open(&cfg, pool).unwrap();
+        let b_stats = b.stats();
+        let (_a_rx, mut a_tx) = a.split();
+        let (mut b_rx, _b_tx) = b.split();
+        // A 2008-byte UDP datagram in two IPv4 fragments of 1000 and 1008 bytes of payload.
+        let mut whole = [0u8; 2100];
+        let len = crate::wire::build_udp_frame(
+            &mut whole,
+            "198.18.0.1".parse().unwrap(),
+            "198.18.0.2".parse().unwrap(),
+            4000,
+            4001,
+            0,
+            0,
+            2000,
+        )
+        .unwrap();
+        let payload = &whole[34..len];
+        let fragment = |offset: usize, end: usize, more: bool| -> Vec<u8> {
+            let mut f = whole[..34].to_vec();
+            f.extend_from_slice(&payload[offset..end]);
+            let total = (20 + end - offset) as u16;
+            f[16..18].copy_from_slice(&total.to_be_bytes());
+            let flags_offset = (offset / 8) as u16 | if more { 0x2000 } else { 0 };
+            f[20..22].copy_from_slice(&flags_offset.to_be_bytes());
+            f[24..26].copy_from_slice(&[0, 0]);
+            let check = crate::wire::checksum::checksum(&f[14..34]);
+            f[24..26].copy_from_slice(&check.to_be_bytes());
+            f
+        };
+        let sent = [
+            fragment(0, 1000, true),
+            fragment(1000, payload.len(), false),
+        ];
+        send_all(
+            &mut a_tx[0],
+            sent.iter().map(|f| pool.alloc_copy(f).unwrap()).collect(),
+        );
+        let mut got = Vec::new();
+        let mut burst = Vec::with_capacity(64);
+        for _ in 0..200 {
+            for rx in b_rx.iter_mut() {
+                rx.rx_burst(&mut burst, 64);
+                got.extend(
+                    burst
+                        .drain(..)
+                        .filter(|f| f.data().get(23) == Some(&17))
+                        .map(|f| f.data().to_vec()),
+                );
+            }
+            if got.len() >= 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // Reassembled by the fanout (PACKET_FANOUT_FLAG_DEFRAG), the datagram arrived as one
+        // 2042-byte frame: longer than the egress MTU (refused there), and a larger datagram
+        // is longer than any buffer (dropped as oversize).
+        let lens = |v: &[Vec<u8>]| v.iter().map(Vec::len).collect::<Vec<_>>();
+        assert_eq!(lens(&got), lens(&sent), "fragments arrived changed");
+        assert_eq!(got, sent.to_vec());
+        assert_eq!(b_stats.totals().rx_oversize, 0);
     }
 
     #[test]

@@ -299,6 +299,14 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                             frames.len()
                         );
                     }
+                    if frames.snapped() > 0 {
+                        crate::log_line!(
+                            "warning: port {name}: {} of the {} frames in '{}' were captured shorter than they were on the wire (a capture snaplen); they are replayed as captured, so their headers may not parse: capture with -s 0 for whole frames",
+                            frames.snapped(),
+                            frames.len(),
+                            input.display()
+                        );
+                    }
                     prx.push(Box::new(PcapRx::new(
                         frames,
                         pool,

@@ -76,6 +76,7 @@ pub struct PcapFrames {
     bytes: Vec<u8>,
     index: Vec<(usize, usize)>,
     truncated: bool,
+    snapped: usize,
 }
 
 /// True when the reader stopped because the file ended in the middle of a header or record.
@@ -140,7 +141,12 @@ impl PcapFrames {
             let mut r = PcapNgReader::new(input).map_err(header_err)?;
             while let Some(block) = r.next_block() {
                 match block {
-                    Ok(Block::EnhancedPacket(p)) => frames.push(&p.data),
+                    Ok(Block::EnhancedPacket(p)) => {
+                        if p.original_len as usize > p.data.len() {
+                            frames.snapped += 1;
+                        }
+                        frames.push(&p.data)
+                    }
                     Ok(Block::SimplePacket(p)) => frames.push(&p.data),
                     Ok(Block::Packet(p)) => frames.push(&p.data),
                     Ok(Block::InterfaceDescription(i)) if i.linktype != DataLink::ETHERNET => {
@@ -166,9 +172,18 @@ impl PcapFrames {
                     link,
                 });
             }
-            while let Some(p) = r.next_packet() {
+            // The raw records, not `next_packet`: pcap_file refuses a record whose wire
+            // length exceeds the file's snaplen, which is every long frame of a
+            // `tcpdump -s N` capture. Only the captured bytes matter here (timestamps are
+            // not replayed), and those are exactly `incl_len` bytes whatever the header says.
+            while let Some(p) = r.next_raw_packet() {
                 match p {
-                    Ok(p) => frames.push(&p.data),
+                    Ok(p) => {
+                        if p.orig_len > p.incl_len {
+                            frames.snapped += 1;
+                        }
+                        frames.push(&p.data)
+                    }
                     Err(e) if is_eof(&e) => {
                         frames.truncated = true;
                         break;
@@ -184,6 +199,12 @@ impl PcapFrames {
     /// partial one was not.
     pub fn truncated(&self) -> bool {
         self.truncated
+    }
+
+    /// Frames the capture holds only the start of (a snaplen shorter than the frame, as
+    /// `tcpdump -s 96` writes): they are replayed as captured, shorter than on the wire.
+    pub fn snapped(&self) -> usize {
+        self.snapped
     }
 
     fn push(&mut self, frame: &[u8]) {
@@ -526,6 +547,32 @@ mod tests {
             assert!(matches!(e, PcapError::NotEthernet { .. }), "{e}");
             assert!(e.to_string().contains(name), "{e}");
         }
+    }
+
+    #[test]
+    fn a_capture_with_a_short_snaplen_replays_what_it_holds() {
+        // `tcpdump -s 64`: the header's snaplen is 64 and long frames are recorded with
+        // their wire length but only 64 bytes.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.pcap");
+        let header = PcapHeader {
+            snaplen: 64,
+            ..PcapHeader::default()
+        };
+        let file = File::create(&path).unwrap();
+        let mut w = PcapWriter::with_header(BufWriter::new(file), header).unwrap();
+        let long = [0x11u8; 100];
+        let short = [0x22u8; 60];
+        w.write_packet(&PcapPacket::new(Duration::ZERO, 100, &long[..64]))
+            .unwrap();
+        w.write_packet(&PcapPacket::new(Duration::ZERO, 60, &short))
+            .unwrap();
+        drop(w);
+        let f = PcapFrames::load(&path).unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f.frame(0), &long[..64]);
+        assert_eq!(f.frame(1), &short[..]);
+        assert_eq!(f.snapped(), 1);
     }
 
     #[test]

@@ -36,6 +36,19 @@ pub enum ControlError {
         #[source]
         source: std::io::Error,
     },
+    /// Something that is not a socket is at the path (a typo naming a real file, say): it
+    /// is left alone rather than replaced.
+    #[error("cannot create control socket '{path}': a file that is not a socket is already there; remove it if it is not needed, or set stats.control_socket (--control) to another path")]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Another process answers on the socket (a second cakewalk with the same path).
+    #[error("cannot create control socket '{path}': another process (a running cakewalk?) is serving it; stop that one, or give this one another path with --control (stats.control_socket)")]
+    InUse {
+        /// The path.
+        path: PathBuf,
+    },
     /// Could not connect (client side).
     #[error("cannot connect to control socket '{path}'; is cakewalk running with that socket?")]
     Connect {
@@ -255,7 +268,20 @@ pub fn serve(
         path: path.to_path_buf(),
         source,
     };
-    if path.exists() && UnixStream::connect(path).is_err() {
+    // Only a stale socket (one nobody answers on, left by a process that died) is replaced:
+    // never a regular file the path names by mistake, nor a live forwarder's socket.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(ControlError::NotASocket {
+                path: path.to_path_buf(),
+            });
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(ControlError::InUse {
+                path: path.to_path_buf(),
+            });
+        }
         let _ = std::fs::remove_file(path);
     }
     let listener = UnixListener::bind(path).map_err(bind_err)?;
@@ -461,6 +487,30 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         h.join().unwrap();
         assert!(client::send(&path, "stats").is_err());
+    }
+
+    #[test]
+    fn only_a_stale_socket_is_replaced_never_a_file_or_a_live_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let probe = Arc::new(Probe::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        // A regular file at the path (a typo naming the config file, say) is kept.
+        let file = dir.path().join("cakewalk.toml");
+        std::fs::write(&file, "rate = 1").unwrap();
+        let e = serve(&file, state(probe.clone()), stop.clone()).unwrap_err();
+        assert!(matches!(e, ControlError::NotASocket { .. }), "{e}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "rate = 1");
+        // A socket left by a process that died is replaced.
+        let path = dir.path().join("ctl.sock");
+        drop(UnixListener::bind(&path).unwrap());
+        let h = serve(&path, state(probe.clone()), stop.clone()).unwrap();
+        // A second server on a live socket is refused, and the first keeps serving.
+        let e = serve(&path, state(probe.clone()), stop.clone()).unwrap_err();
+        assert!(matches!(e, ControlError::InUse { .. }), "{e}");
+        let reply = client::send(&path, "set rate 16mbit").unwrap();
+        assert!(reply.starts_with("ok"), "{reply}");
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
     }
 
     #[test]

@@ -792,6 +792,88 @@ pub fn autorate_conflict(cake: &CakeConfig, tx_queues: usize) -> Option<String> 
     })
 }
 
+/// Refuses the `[ports]`, `[engine]` and `[stats]` values `cakewalk run` would refuse (or
+/// silently replace) at start, so that `check-config`, `preflight` and a SIGHUP reload judge
+/// a file as `run` does: the shaper section alone passing is not a config that starts.
+fn check_run_settings(
+    ports: &crate::port::PortsConfig,
+    engine: &crate::engine::EngineConfig,
+    stats: &toml::Table,
+    overrides: &Overrides,
+) -> Result<(), ConfigError> {
+    if let Err(e) = engine.timing() {
+        let (key, message) = match &e {
+            crate::engine::EngineError::BadSetting { name, value, hint } => (
+                format!("engine.{name}"),
+                format!("{value} is out of range; use {hint}"),
+            ),
+            other => ("engine".to_string(), other.to_string()),
+        };
+        return Err(ConfigError::Key {
+            key: overrides.label(&key, &[]),
+            message,
+        });
+    }
+    let counts = [
+        (
+            "ports.pool_buffers",
+            ports.pool_buffers,
+            1,
+            "at least 1; the default 16384 suits up to about 1 Gbit/s (docs/operations.md, Sizing)",
+        ),
+        (
+            "ports.buffer_size",
+            ports.buffer_size,
+            crate::port::pool::MIN_BUF_SIZE,
+            "the largest frame a port carries, from 64 bytes (2048, the default, holds a 1500-byte MTU)",
+        ),
+        ("ports.a.rx_queues", ports.a.rx_queues, 1, "at least 1"),
+        ("ports.b.rx_queues", ports.b.rx_queues, 1, "at least 1"),
+    ];
+    for (key, value, min, hint) in counts {
+        if value < min {
+            return Err(ConfigError::Key {
+                key: overrides.label(key, &[]),
+                message: format!("{value} is too small; use {hint}"),
+            });
+        }
+    }
+    let stats: crate::stats::StatsConfig =
+        toml::Value::Table(stats.clone())
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Toml {
+                origin: "in the [stats] section".to_string(),
+                message: e.to_string().trim_end().to_string(),
+            })?;
+    if crate::port::synth::parse_duration_ns(&stats.interval).is_err() {
+        return Err(ConfigError::Key {
+            key: overrides.label("stats.interval", &[]),
+            message: format!(
+                "'{}' is not a duration; use one with its unit, like '10s' or '500ms'",
+                stats.interval
+            ),
+        });
+    }
+    if let Some(addr) = &stats.prometheus {
+        let message = match addr.parse::<std::net::SocketAddr>() {
+            Err(_) => Some(format!(
+                "'{addr}' is not an address:port; use one like \"127.0.0.1:9187\""
+            )),
+            Ok(sa) if !sa.ip().is_loopback() && !stats.prometheus_public => Some(format!(
+                "'{addr}' is not loopback; use 127.0.0.1 or set stats.prometheus_public = true"
+            )),
+            Ok(_) => None,
+        };
+        if let Some(message) = message {
+            return Err(ConfigError::Key {
+                key: overrides.label("stats.prometheus", &[]),
+                message,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a port key that the port's backend never reads (`--input` on a synth port, an
 /// `iface` on a pcap port), which would otherwise be silently ignored.
 fn check_port_keys(
@@ -939,6 +1021,7 @@ impl Config {
             other => other,
         })?;
         check_port_keys(&raw.ports, overrides)?;
+        check_run_settings(&raw.ports, &raw.engine, &raw.stats, overrides)?;
         if let Some(message) = autorate_conflict(&shaper.cake, raw.engine.tx_queues) {
             return Err(ConfigError::Key {
                 key: overrides.label("shaper.autorate_ingress", &["engine.tx_queues"]),
@@ -997,6 +1080,58 @@ mod tests {
 
     fn err(text: &str) -> String {
         Config::from_toml_str(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_file_run_would_refuse_at_start_is_refused_when_loaded() {
+        // Each of these passed check-config and a reload, then stopped `cakewalk run` (or
+        // was silently replaced by it).
+        for (text, want) in [
+            (
+                "[engine]\nburst = 0",
+                "engine.burst: 0 is out of range; use 1 to 1024",
+            ),
+            (
+                "[engine]\nduration = \"fast\"",
+                "engine.duration: fast is out of range",
+            ),
+            (
+                "[ports]\npool_buffers = 0",
+                "ports.pool_buffers: 0 is too small",
+            ),
+            (
+                "[ports]\nbuffer_size = 10",
+                "ports.buffer_size: 10 is too small",
+            ),
+            (
+                "[ports.b]\nrx_queues = 0",
+                "ports.b.rx_queues: 0 is too small",
+            ),
+            (
+                "[stats]\nbogus = 1",
+                "in the [stats] section: unknown field `bogus`",
+            ),
+            (
+                "[stats]\ninterval = \"fast\"",
+                "stats.interval: 'fast' is not a duration",
+            ),
+            (
+                "[stats]\nprometheus = \"0.0.0.0:9187\"",
+                "stats.prometheus: '0.0.0.0:9187' is not loopback",
+            ),
+        ] {
+            let e = err(text);
+            assert!(e.starts_with(want), "{text}: {e}");
+        }
+        let public = "[stats]\nprometheus = \"0.0.0.0:9187\"\nprometheus_public = true";
+        assert!(Config::from_toml_str(public).is_ok());
+        let mut o = Overrides::default();
+        o.set("engine.burst", 0, "--set");
+        let e = Config::load(None, &o).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--set (engine.burst): 0 is out of range"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -24,6 +24,9 @@ use super::PortBuf;
 /// Default bytes per buffer: a 1500-byte MTU frame with VLAN tags fits with room to spare.
 pub const DEFAULT_BUF_SIZE: usize = 2048;
 
+/// The smallest buffer: a minimum Ethernet frame (60 bytes without FCS), rounded up.
+pub const MIN_BUF_SIZE: usize = 64;
+
 struct PoolInner {
     free: ArrayQueue<Box<Frame>>,
     buf_size: usize,
@@ -148,7 +151,7 @@ impl Pool {
     /// Allocates `count` buffers of `buf_size` bytes each (both at least 1).
     pub fn new(count: usize, buf_size: usize) -> Pool {
         let count = count.max(1);
-        let buf_size = buf_size.max(64);
+        let buf_size = buf_size.max(MIN_BUF_SIZE);
         let inner: &'static PoolInner = Box::leak(Box::new(PoolInner {
             free: ArrayQueue::new(count),
             buf_size,

@@ -8,7 +8,7 @@
 //! DPDK ports are started by the `dpdk` backend itself.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -259,6 +259,10 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
     // One set of figures for every synth port: generators on one side, sinks on the other.
     let synth_stats = Arc::new(SynthStats::default());
     let specs: [&PortSpec; 2] = [&cfg.a, &cfg.b];
+    let pcap = specs.iter().filter(|s| s.kind == PortKind::Pcap);
+    let inputs: Vec<&Path> = pcap.clone().filter_map(|s| s.input.as_deref()).collect();
+    let outputs: Vec<&Path> = pcap.filter_map(|s| s.output.as_deref()).collect();
+    crate::port::pcap::check_paths(&inputs, &outputs)?;
     for (p, spec) in specs.iter().enumerate() {
         let name = cfg.port_name(p);
         let pool = Pool::new(cfg.pool_buffers, cfg.buffer_size);

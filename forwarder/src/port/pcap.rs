@@ -60,6 +60,16 @@ pub enum PcapError {
         /// The file's link type.
         link: DataLink,
     },
+    /// An output file is also an input, or both ports write the same file.
+    #[error("'{output}' is {what}: writing it would {harm}; give the output another name")]
+    SameFile {
+        /// The output file.
+        output: PathBuf,
+        /// "both an input and an output", "the output of both ports".
+        what: &'static str,
+        /// What would happen.
+        harm: &'static str,
+    },
     /// The output file could not be created.
     #[error("cannot write pcap output '{path}': {reason}; check that the directory exists and is writable")]
     Create {
@@ -68,6 +78,50 @@ pub enum PcapError {
         /// What went wrong.
         reason: String,
     },
+}
+
+/// True when `a` and `b` name one file: the same inode when both exist, else the same
+/// path once the directory is resolved (`out.pcap` and `./out.pcap`).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        return x.dev() == y.dev() && x.ino() == y.ino();
+    }
+    let resolved = |p: &Path| -> Option<PathBuf> {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        Some(dir.canonicalize().ok()?.join(p.file_name()?))
+    };
+    a == b || matches!((resolved(a), resolved(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// Refuses pcap paths that would destroy data before anything is opened: an output that is
+/// also an input (creating the output truncates the capture, before or after it is read,
+/// depending on the port order), or one output file for both ports (two writers
+/// interleave into a damaged file).
+///
+/// # Errors
+/// [`PcapError::SameFile`] naming the output.
+pub fn check_paths(inputs: &[&Path], outputs: &[&Path]) -> Result<(), PcapError> {
+    for (i, out) in outputs.iter().enumerate() {
+        if inputs.iter().any(|input| same_file(input, out)) {
+            return Err(PcapError::SameFile {
+                output: out.to_path_buf(),
+                what: "both an input and an output",
+                harm: "overwrite the capture being replayed",
+            });
+        }
+        if outputs[i + 1..].iter().any(|other| same_file(other, out)) {
+            return Err(PcapError::SameFile {
+                output: out.to_path_buf(),
+                what: "the output of both ports",
+                harm: "interleave two writers into one damaged file",
+            });
+        }
+    }
+    Ok(())
 }
 
 /// All frames of an input file, in file order.
@@ -573,6 +627,22 @@ mod tests {
         assert_eq!(f.frame(0), &long[..64]);
         assert_eq!(f.frame(1), &short[..]);
         assert_eq!(f.snapped(), 1);
+    }
+
+    #[test]
+    fn an_output_that_is_an_input_or_the_other_ports_output_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.pcap");
+        write_pcap(&input, &frames(2)).unwrap();
+        let before = std::fs::read(&input).unwrap();
+        let out = dir.path().join("out.pcap");
+        let same_input = dir.path().join(".").join("in.pcap");
+        let e = check_paths(&[&input], &[&same_input]).unwrap_err();
+        assert!(e.to_string().contains("both an input and an output"), "{e}");
+        let e = check_paths(&[&input], &[&out, &dir.path().join("./out.pcap")]).unwrap_err();
+        assert!(e.to_string().contains("the output of both ports"), "{e}");
+        assert!(check_paths(&[&input], &[&out]).is_ok());
+        assert_eq!(std::fs::read(&input).unwrap(), before);
     }
 
     #[test]

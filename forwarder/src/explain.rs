@@ -25,6 +25,14 @@ pub enum SpecError {
     /// The spec has no `>` between source and destination.
     #[error("packet spec '{0}' has no '>' between source and destination; try 'tcp 10.0.0.1:1234 > 10.0.0.2:80 dscp ef'")]
     NoArrow(String),
+    /// The words around the `>` are not `[PROTO] SRC > DST`.
+    #[error("packet spec '{spec}' {problem}; write [PROTO] SRC > DST, as in 'tcp 10.0.0.1:1234 > 10.0.0.2:80 dscp ef'")]
+    Shape {
+        /// The spec.
+        spec: String,
+        /// What is wrong around the `>`.
+        problem: &'static str,
+    },
     /// An address that does not parse.
     #[error("'{0}' is not an address[:port]; try '10.0.0.1:1234' or '[2001:db8::1]:443'")]
     BadEndpoint(String),
@@ -184,17 +192,22 @@ impl PacketSpec {
             .iter()
             .position(|w| *w == ">")
             .ok_or_else(|| SpecError::NoArrow(spec.to_string()))?;
+        let shape = |problem| SpecError::Shape {
+            spec: spec.to_string(),
+            problem,
+        };
         let (protocol, src_word) = match arrow {
             1 => (wire::protocol::TCP, words[0]),
             2 => (
                 parse_protocol(words[0]).ok_or_else(|| SpecError::BadProtocol(words[0].into()))?,
                 words[1],
             ),
-            _ => return Err(SpecError::NoArrow(spec.to_string())),
+            0 => return Err(shape("has no source before '>'")),
+            _ => return Err(shape("has more than a protocol and a source before '>'")),
         };
         let dst_word = words
             .get(arrow + 1)
-            .ok_or_else(|| SpecError::NoArrow(spec.to_string()))?;
+            .ok_or_else(|| shape("has no destination after '>'"))?;
         let (src, src_port) = parse_endpoint(src_word)?;
         let (dst, dst_port) = parse_endpoint(dst_word)?;
         if src.is_ipv4() != dst.is_ipv4() {
@@ -524,6 +537,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no '>'"), "{e}");
+        // A '>' is there: say what is missing around it, not that it is missing.
+        for (spec, want) in [
+            ("tcp 10.0.0.1:1 >", "has no destination after '>'"),
+            ("> 10.0.0.2:2", "has no source before '>'"),
+            (
+                "tcp from 10.0.0.1 > 10.0.0.2",
+                "more than a protocol and a source",
+            ),
+        ] {
+            let e = PacketSpec::parse(spec).unwrap_err().to_string();
+            assert!(e.contains(want) && !e.contains("no '>'"), "{spec}: {e}");
+        }
         let e = PacketSpec::parse("tcp 10.0.0.1:1 > 2001:db8::2")
             .unwrap_err()
             .to_string();

@@ -303,6 +303,18 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                             frames.len()
                         );
                     }
+                    // Frames that do not fit a buffer are skipped one by one while
+                    // replaying; say so up front, with the size that would carry them,
+                    // rather than leave only the pcap_oversize counter at the end.
+                    let (over, longest) = frames.longer_than(pool.buf_size());
+                    if over > 0 {
+                        crate::log_line!(
+                            "warning: port {name}: {over} of the {} frames in '{}' are longer than a buffer ({} bytes; the longest is {longest}) and will be skipped (counted as pcap_oversize): raise ports.buffer_size to at least {longest} (--set ports.buffer_size={longest})",
+                            frames.len(),
+                            input.display(),
+                            pool.buf_size(),
+                        );
+                    }
                     if frames.snapped() > 0 {
                         crate::log_line!(
                             "warning: port {name}: {} of the {} frames in '{}' were captured shorter than they were on the wire (a capture snaplen); they are replayed as captured, so their headers may not parse: capture with -s 0 for whole frames",

@@ -207,6 +207,39 @@ fn pcap_in_pcap_out_is_byte_identical_and_keeps_per_flow_order() {
 }
 
 #[test]
+fn a_capture_with_frames_larger_than_the_buffers_says_so_and_what_to_raise() {
+    // Jumbo frames in a capture replayed with 2 KiB buffers were skipped with nothing but a
+    // pcap_oversize counter in the final report.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    let mut frames = flow_frames(1, 3);
+    frames.push(vec![0x02; 9000]);
+    forwarder::port::pcap::write_pcap(&input, &frames).unwrap();
+    let args = [
+        "--port-kind",
+        "pcap",
+        "--input",
+        &s(&input),
+        "--duration",
+        "30s",
+        "--control",
+        &s(&ctl_path(dir.path())),
+    ];
+    let (stdout, stderr) = run_ok(&args);
+    assert!(
+        stderr.contains("1 of the 4 frames in")
+            && stderr.contains("raise ports.buffer_size to at least 9000"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("pcap_oversize 1"), "{stdout}");
+    let mut bigger = args.to_vec();
+    bigger.extend(["--set", "ports.buffer_size=9000"]);
+    let (stdout, stderr) = run_ok(&bigger);
+    assert!(!stderr.contains("longer than a buffer"), "{stderr}");
+    assert!(stdout.contains("port a: rx 4 pkts"), "{stdout}");
+}
+
+#[test]
 fn a_generator_into_a_capture_reports_no_unverified_losses() {
     // The synth sink verifies delivery; with a pcap port in its place nothing does, and the
     // report used to call every generated frame lost.

@@ -261,6 +261,14 @@ impl PcapFrames {
         self.snapped
     }
 
+    /// How many frames are longer than `size` bytes, and the longest frame: frames that
+    /// will not fit a pool buffer of that size.
+    pub fn longer_than(&self, size: usize) -> (usize, usize) {
+        let over = self.index.iter().filter(|(_, len)| *len > size).count();
+        let longest = self.index.iter().map(|(_, len)| *len).max().unwrap_or(0);
+        (over, longest)
+    }
+
     fn push(&mut self, frame: &[u8]) {
         self.index.push((self.bytes.len(), frame.len()));
         self.bytes.extend_from_slice(frame);

@@ -223,6 +223,14 @@ pub fn handle_command(st: &ControlState, line: &str) -> String {
                 Err(e) => format!("error: {e}"),
             }
         }
+        // Without these two arms, a bare 'set' replied "ok" having changed nothing, and
+        // 'set rate' without its one value fell through to the tc words, where 'rate' is
+        // not a cake option ("unknown cake option 'rate', did you mean 'atm'...").
+        ["set"] => "error: 'set' needs a setting; try 'set rate 500mbit', 'set diffserv diffserv4' or tc cake words ('set overhead 18')".into(),
+        ["set", "rate" | "bandwidth", ..] => format!(
+            "error: '{}' takes one rate, as in 'set rate 500mbit' ('unlimited' or 0 for no shaping)",
+            shortened(line)
+        ),
         ["set", rest @ ..] => {
             // "set diffserv diffserv4" / "set flow-mode flows" name the option; tc words
             // ("set diffserv4", "set overhead 18") are taken as they are.
@@ -412,6 +420,26 @@ mod tests {
         assert!(handle_command(&st, "set rate fast").starts_with("error"));
         assert!(handle_command(&st, "frobnicate").contains("unknown command"));
         assert_eq!(handle_command(&st, "stats"), "text report");
+    }
+
+    #[test]
+    fn a_set_without_its_value_is_refused_and_changes_nothing() {
+        let probe = Arc::new(Probe::default());
+        let st = state(probe.clone());
+        for (cmd, want) in [
+            ("set", "'set' needs a setting"),
+            ("set rate", "takes one rate"),
+            ("set bandwidth", "takes one rate"),
+            ("set rate 100mbit extra", "takes one rate"),
+        ] {
+            let reply = handle_command(&st, cmd);
+            assert!(
+                reply.starts_with("error: ") && reply.contains(want),
+                "{cmd}: {reply}"
+            );
+        }
+        assert_eq!(probe.rate.load(Ordering::Relaxed), 0);
+        assert_eq!(probe.reconfigs.load(Ordering::Relaxed), 0);
     }
 
     #[test]

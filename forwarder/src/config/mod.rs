@@ -685,6 +685,18 @@ pub struct Overrides {
     pub entries: Vec<Override>,
 }
 
+/// Keys whose values are strings but may be written as a bare number on the command line
+/// (durations with their "0 = none" form, names and interfaces that are numbers).
+const STRING_KEYS: &[&str] = &[
+    "engine.duration",
+    "engine.drain_timeout",
+    "stats.interval",
+    "ports.a.name",
+    "ports.b.name",
+    "ports.a.iface",
+    "ports.b.iface",
+];
+
 /// Keys that say the same thing: setting one from the command line removes the others from
 /// the file's table, so the flag wins instead of clashing.
 const SAME_MEANING: &[(&str, &[&str])] = &[
@@ -749,7 +761,18 @@ impl Overrides {
                     remove_dotted(table, other);
                 }
             }
-            set_dotted(table, &o.key, o.value.clone()).map_err(|message| ConfigError::Key {
+            let value = match &o.value {
+                // `--set engine.duration=0` or `--set ports.a.iface=0` (DPDK port 0) reads
+                // as a TOML integer, and these keys hold strings: "expected a string" would
+                // leave the user to guess at shell quoting. Numbers are what they meant.
+                toml::Value::Integer(_) | toml::Value::Float(_)
+                    if STRING_KEYS.contains(&o.key.as_str()) =>
+                {
+                    toml::Value::String(o.value.to_string())
+                }
+                v => v.clone(),
+            };
+            set_dotted(table, &o.key, value).map_err(|message| ConfigError::Key {
                 key: format!("{} ({})", o.flag, o.key),
                 message,
             })?;
@@ -1132,6 +1155,24 @@ mod tests {
             e.starts_with("--set (engine.burst): 0 is out of range"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_number_given_for_a_string_key_on_the_command_line_is_taken_as_written() {
+        // As `--set engine.duration=0` arrives: a TOML integer.
+        let mut o = Overrides::default();
+        o.set("engine.duration", 0, "--set");
+        o.set("stats.interval", 0, "--set");
+        o.set("ports.a.kind", "afpacket", "--set");
+        o.set("ports.a.iface", 0, "--set");
+        let c = Config::load(None, &o).unwrap();
+        assert_eq!(c.engine.duration, "0");
+        assert_eq!(c.ports.a.iface, "0");
+        assert_eq!(c.stats.get("interval").and_then(|v| v.as_str()), Some("0"));
+        // A number where a number belongs is untouched.
+        let mut o = Overrides::default();
+        o.set("engine.burst", 64, "--set");
+        assert_eq!(Config::load(None, &o).unwrap().engine.burst, 64);
     }
 
     #[test]

@@ -251,7 +251,7 @@ fn bad_command_line_values_exit_2_with_the_fix() {
     let o = cakewalk(&["run", "--duration", "soon"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("'soon' is not a duration"),
+        stderr(&o).contains("'soon' is not a length of time"),
         "{}",
         stderr(&o)
     );

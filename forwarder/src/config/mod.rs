@@ -933,6 +933,31 @@ fn check_port_keys(
             });
         }
     }
+    // Interface ports need their interface, and two of them need two.
+    for (side, spec) in [("a", &ports.a), ("b", &ports.b)] {
+        if matches!(spec.kind, PortKind::Afpacket | PortKind::Dpdk) && spec.iface.trim().is_empty()
+        {
+            return Err(ConfigError::Key {
+                key: overrides.label(&format!("ports.{side}.iface"), &["ports.a.iface"]),
+                message: format!(
+                    "port {side} ({}) names no interface; give both as --iface A,B (or iface = \"...\" in [ports.{side}])",
+                    spec.kind.name()
+                ),
+            });
+        }
+    }
+    if ports.a.kind == ports.b.kind
+        && matches!(ports.a.kind, PortKind::Afpacket | PortKind::Dpdk)
+        && ports.a.iface.trim() == ports.b.iface.trim()
+    {
+        return Err(ConfigError::Key {
+            key: overrides.label("ports.b.iface", &[]),
+            message: format!(
+                "both ports are '{}': cakewalk forwards between two interfaces; name a different one for port b",
+                ports.b.iface.trim()
+            ),
+        });
+    }
     let dpdk = |spec: &crate::port::PortSpec| spec.kind == PortKind::Dpdk;
     if !ports.eal_args.is_empty() && !dpdk(&ports.a) && !dpdk(&ports.b) {
         return Err(ConfigError::Key {
@@ -1351,6 +1376,21 @@ mod tests {
         let e = Config::load(None, &o).unwrap_err().to_string();
         assert!(
             e.starts_with("--eal (ports.eal_args): only dpdk ports use it, but port a is a synth port and port b a synth port; add --port-kind dpdk"),
+            "{e}"
+        );
+        let mut o = Overrides::default();
+        o.set("ports.a.kind", "afpacket", "--port-kind");
+        o.set("ports.b.kind", "afpacket", "--port-kind");
+        o.set("ports.a.iface", "veth0", "--iface");
+        let e = Config::load(None, &o).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--iface (ports.b.iface): port b (afpacket) names no interface; give both as --iface A,B"),
+            "{e}"
+        );
+        o.set("ports.b.iface", "veth0", "--iface");
+        let e = Config::load(None, &o).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--iface (ports.b.iface): both ports are 'veth0'"),
             "{e}"
         );
         // The keys are fine on the ports that read them.

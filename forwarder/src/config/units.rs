@@ -33,6 +33,12 @@ pub enum UnitError {
         /// What was given.
         value: String,
     },
+    /// Not a run length (how long to run or to drain).
+    #[error("'{value}' is not a length of time; try '10s', '500ms' or '2m'")]
+    NotARunLength {
+        /// What was given.
+        value: String,
+    },
     /// Not a size.
     #[error("size '{value}' is not a size; try '32mb', '64k' or '4096' (bytes)")]
     NotASize {
@@ -268,6 +274,8 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, UnitError> {
 /// assert_eq!(parse_run_length_ns("10s").unwrap(), 10_000_000_000);
 /// assert_eq!(parse_run_length_ns("0").unwrap(), 0);
 /// assert!(parse_run_length_ns("10").unwrap_err().to_string().contains("'10s'"));
+/// let e = parse_run_length_ns("fast").unwrap_err().to_string();
+/// assert!(e.contains("try '10s'") && !e.contains("bare number"), "{e}");
 /// ```
 pub fn parse_run_length_ns(s: &str) -> Result<u64, UnitError> {
     let t = s.trim();
@@ -275,7 +283,11 @@ pub fn parse_run_length_ns(s: &str) -> Result<u64, UnitError> {
         Some((n, "")) if n != 0.0 => Err(UnitError::NoUnit {
             value: t.to_string(),
         }),
-        _ => parse_duration_ns(t),
+        // The generic hint would offer a bare number, which a run length refuses.
+        _ => parse_duration_ns(t).map_err(|e| match e {
+            UnitError::NotADuration { value } => UnitError::NotARunLength { value },
+            other => other,
+        }),
     }
 }
 

@@ -417,21 +417,17 @@ mod imp {
         ),
     ];
 
-    fn engine_row(
+    /// Opens `rx_name` -> `tx_name` with `cfg` as the engine's two ports (A receives and
+    /// forwards to B); the devices stay open for good, as engine rows need.
+    fn engine_ports(
         eal: &Eal,
         pool: &Mempool,
-        pair: usize,
-        kind: Kind,
-        args: &Args,
-    ) -> anyhow::Result<f64> {
-        use forwarder::app::{build_queues, QueueChoice};
-        use forwarder::engine::{self, EngineConfig, EnginePorts, IdleMode, WorkerHook};
-        use std::sync::Arc;
-        use std::time::{Duration, Instant};
-
-        let cfg = EthDevConfig::default();
-        let mut a = EthDev::open(eal, &format!("net_pcap{pair}"), &cfg, pool)?;
-        let mut b = EthDev::open(eal, &format!("net_null{pair}"), &cfg, pool)?;
+        rx_name: &str,
+        tx_name: &str,
+        cfg: &EthDevConfig,
+    ) -> anyhow::Result<forwarder::engine::EnginePorts<Mbuf>> {
+        let mut a = EthDev::open(eal, rx_name, cfg, pool)?;
+        let mut b = EthDev::open(eal, tx_name, cfg, pool)?;
         let (arx, atx) = a.split()?;
         let (_brx, btx) = b.split()?;
         let rx = |v: Vec<RxQueue>| -> Vec<Box<dyn PortRx<Buf = Mbuf>>> {
@@ -444,11 +440,40 @@ mod imp {
                 .map(|q| Box::new(q) as Box<dyn PortTx<Buf = Mbuf>>)
                 .collect()
         };
-        let ports = EnginePorts {
+        Ok(forwarder::engine::EnginePorts {
             rx: vec![rx(arx), Vec::new()],
             tx: vec![tx(atx), tx(btx)],
             forward: vec![Some(1), None],
-        };
+        })
+    }
+
+    /// Registers each engine worker as a DPDK lcore (mempool caches), as `cakewalk run` does.
+    fn lcore_hook(eal: &Eal) -> forwarder::engine::WorkerHook {
+        let hook_eal = eal.clone();
+        std::sync::Arc::new(move |_| match hook_eal.register_thread() {
+            Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
+            Err(_) => Box::new(()),
+        })
+    }
+
+    fn engine_row(
+        eal: &Eal,
+        pool: &Mempool,
+        pair: usize,
+        kind: Kind,
+        args: &Args,
+    ) -> anyhow::Result<f64> {
+        use forwarder::app::{build_queues, QueueChoice};
+        use forwarder::engine::{self, EngineConfig, IdleMode};
+        use std::time::{Duration, Instant};
+
+        let ports = engine_ports(
+            eal,
+            pool,
+            &format!("net_pcap{pair}"),
+            &format!("net_null{pair}"),
+            &EthDevConfig::default(),
+        )?;
         // The queues `cakewalk run` builds (app::build_queues): one MultiQueue per egress port,
         // offered a burst at a time.
         let (choice, bypass) = match kind {
@@ -480,11 +505,7 @@ mod imp {
             pin: true,
             ..EngineConfig::default()
         };
-        let hook_eal = eal.clone();
-        let hook: WorkerHook = Arc::new(move |_| match hook_eal.register_thread() {
-            Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
-            Err(_) => Box::new(()),
-        });
+        let hook = lcore_hook(eal);
         let running = engine::start_with_hook(&ecfg, ports, shapers, Some(hook))?;
         std::thread::sleep(Duration::from_millis(200));
         let (t0, s0) = (Instant::now(), running.shared().snapshot().port_tx(1).0);
@@ -509,9 +530,8 @@ mod imp {
         args: &Args,
     ) -> anyhow::Result<(f64, f64)> {
         use forwarder::app::{build_queues, QueueChoice};
-        use forwarder::engine::{self, EngineConfig, EnginePorts, IdleMode, WorkerHook};
+        use forwarder::engine::{self, EngineConfig, IdleMode};
         use forwarder::stats::counters::port;
-        use std::sync::Arc;
         use std::time::{Duration, Instant};
 
         let cfg = EthDevConfig {
@@ -519,25 +539,13 @@ mod imp {
             tx_queues: 2,
             ..EthDevConfig::default()
         };
-        let mut a = EthDev::open(eal, &format!("net_pcap_w{index}"), &cfg, pool)?;
-        let mut b = EthDev::open(eal, &format!("net_null_w{index}"), &cfg, pool)?;
-        let (arx, atx) = a.split()?;
-        let (_brx, btx) = b.split()?;
-        let rx = |v: Vec<RxQueue>| -> Vec<Box<dyn PortRx<Buf = Mbuf>>> {
-            v.into_iter()
-                .map(|q| Box::new(q) as Box<dyn PortRx<Buf = Mbuf>>)
-                .collect()
-        };
-        let tx = |v: Vec<TxQueue>| -> Vec<Box<dyn PortTx<Buf = Mbuf>>> {
-            v.into_iter()
-                .map(|q| Box::new(q) as Box<dyn PortTx<Buf = Mbuf>>)
-                .collect()
-        };
-        let ports = EnginePorts {
-            rx: vec![rx(arx), Vec::new()],
-            tx: vec![tx(atx), tx(btx)],
-            forward: vec![Some(1), None],
-        };
+        let ports = engine_ports(
+            eal,
+            pool,
+            &format!("net_pcap_w{index}"),
+            &format!("net_null_w{index}"),
+            &cfg,
+        )?;
         let choice = QueueChoice::Cake(CakeConfig {
             rate: Rate::UNLIMITED,
             ..CakeConfig::default()
@@ -553,11 +561,7 @@ mod imp {
             tx_select,
             ..EngineConfig::default()
         };
-        let hook_eal = eal.clone();
-        let hook: WorkerHook = Arc::new(move |_| match hook_eal.register_thread() {
-            Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
-            Err(_) => Box::new(()),
-        });
+        let hook = lcore_hook(eal);
         let running = engine::start_with_hook(&ecfg, ports, shapers, Some(hook))?;
         std::thread::sleep(Duration::from_millis(200));
         let snap = |r: &engine::Running<Mbuf>| {

@@ -1009,6 +1009,9 @@ mod tests {
             // ECN-capable, so a starved run makes CAKE mark rather than drop.
             ecn: true,
             packets: 20_000,
+            // Paced, so neither worker is overloaded: an unpaced flood (in a debug build on a
+            // busy machine) may fill a queue's intake, which then drops (intake_full).
+            rate: "200mbit".into(),
             ..SynthConfig::default()
         };
         let plan = SynthPlan::new(&cfg, 0).unwrap();

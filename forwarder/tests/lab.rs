@@ -369,7 +369,8 @@ fn without_cap_net_raw_the_error_says_how_to_grant_it() {
         eprintln!("SKIP: needs root and setpriv (util-linux)");
         return;
     }
-    // Root without CAP_NET_RAW in its bounding set: exec'd binaries lack it too.
+    // Root without CAP_NET_RAW in its bounding set: exec'd binaries lack it too. Port a
+    // (lo) is opened first and fails there; port b is never reached.
     let (ok, stderr) = run_afpacket(
         &[
             "setpriv",
@@ -378,7 +379,7 @@ fn without_cap_net_raw_the_error_says_how_to_grant_it() {
             "--inh-caps",
             "-net_raw",
         ],
-        "lo,lo",
+        "lo,cwnosuch8",
     );
     assert!(!ok);
     assert!(stderr.contains("needs root or CAP_NET_RAW"), "{stderr}");

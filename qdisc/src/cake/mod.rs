@@ -1450,18 +1450,13 @@ impl<P: Packet> Cake<P> {
                 self.cur_flow = fid % FLOWS_PER_TIN;
 
                 if self.flows[fid].deficit <= 0 {
-                    // Keep flows with deficits out of the sparse rotation.
-                    if self.flows[fid].set == SET_SPARSE {
-                        if self.flows[fid].head != NIL {
-                            let st = &mut self.stats.tins[t];
-                            st.sparse_flows -= 1;
-                            st.bulk_flows += 1;
-                            self.flows[fid].set = SET_BULK;
-                            self.inc_host_bulk(fid);
-                        } else {
-                            self.flows[fid].set = SET_SPARSE_WAIT;
+                    if which == OLD {
+                        if !self.refill_old_run(t, fid, &mut budget) {
+                            return Dequeue::Empty;
                         }
+                        continue;
                     }
+                    self.leave_sparse_rotation(t, fid);
                     let dither = (self.next_rand() >> 48) as u32;
                     let q = self.flow_quantum(fid, dither);
                     let f = &mut self.flows[fid];
@@ -1525,6 +1520,84 @@ impl<P: Packet> Cake<P> {
                 }
             }
         }
+    }
+
+    /// Serves a run of deficit refills at the head of tin `t`'s old list, starting with
+    /// flow `head` (whose deficit is <= 0), as Linux does them one visit at a time: each
+    /// visited flow gets its host-scaled quantum (one random dither each, in visit order)
+    /// and moves to the tail, until the head has credit. With the new list empty (the only
+    /// way a visit reaches the old list past the first) nothing else can change in between,
+    /// so the run walks the list as a ring and rotates it once at the end, instead of
+    /// rereading the list heads and relinking every visited flow. With host fairness a
+    /// 1000-byte packet takes several refills per flow, so this loop is most of what a bulk
+    /// tin costs. Returns false when the visit budget ran out.
+    #[inline(never)]
+    fn refill_old_run(&mut self, t: usize, head: usize, budget: &mut u32) -> bool {
+        let mut fid = head;
+        loop {
+            // Sparse flows sit on the new list, so this never changes anything here; kept so
+            // that the run is exactly the visit loop whatever the state.
+            self.leave_sparse_rotation(t, fid);
+            let dither = (self.next_rand() >> 48) as u32;
+            let q = self.flow_quantum(fid, dither);
+            let f = &mut self.flows[fid];
+            f.deficit = f.deficit.saturating_add(q);
+            let next = self.links[fid].next;
+            let next = if next == NIL16 {
+                head
+            } else {
+                usize::from(next)
+            };
+            *budget -= 1;
+            if *budget == 0 {
+                self.cur_flow = fid % FLOWS_PER_TIN;
+                self.rotate_old_list(t, head, next);
+                return false;
+            }
+            fid = next;
+            if self.flows[fid].deficit > 0 {
+                self.rotate_old_list(t, head, fid);
+                return true;
+            }
+        }
+    }
+
+    /// A sparse flow of tin `t` that ran out of deficit: it turns bulk if it still holds
+    /// packets, else waits (sch_cake.c keeps flows with deficits out of the sparse
+    /// rotation).
+    #[inline(always)]
+    fn leave_sparse_rotation(&mut self, t: usize, fid: usize) {
+        if self.flows[fid].set != SET_SPARSE {
+            return;
+        }
+        if self.flows[fid].head != NIL {
+            let st = &mut self.stats.tins[t];
+            st.sparse_flows -= 1;
+            st.bulk_flows += 1;
+            self.flows[fid].set = SET_BULK;
+            self.inc_host_bulk(fid);
+        } else {
+            self.flows[fid].set = SET_SPARSE_WAIT;
+        }
+    }
+
+    /// Makes `new_head` the head of tin `t`'s old list (which starts at `head`), keeping
+    /// the ring order: the flows before it move to the tail, in order, as if each had been
+    /// moved there one by one.
+    #[inline(always)]
+    fn rotate_old_list(&mut self, t: usize, head: usize, new_head: usize) {
+        if new_head == head {
+            return;
+        }
+        let list = &mut self.tins[t].lists[usize::from(OLD)];
+        let tail = usize::from(list.tail);
+        let new_tail = self.links[new_head].prev;
+        list.head = new_head as u16;
+        list.tail = new_tail;
+        self.links[tail].next = head as u16;
+        self.links[head].prev = tail as u16;
+        self.links[usize::from(new_tail)].next = NIL16;
+        self.links[new_head].prev = NIL16;
     }
 
     /// Drops the packet in slot `s`, which COBALT chose at dequeue from flow `fid` of tin

@@ -823,3 +823,82 @@ fn every_tin_samples_its_own_delays_when_tins_alternate() {
         assert_eq!(st.delay_histogram.len(), 10, "tin {t}");
     }
 }
+
+/// Tin `t`'s old list, head first.
+fn old_list(c: &Cake<TestPacket>, t: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut f = c.tins[t].lists[usize::from(OLD)].head;
+    while f != NIL16 {
+        out.push(usize::from(f));
+        f = c.links[usize::from(f)].next;
+    }
+    out
+}
+
+/// Deficit refills at the head of tin `t`'s old list one visit at a time, as sch_cake.c
+/// runs them, for at most `budget` visits. Returns the number of refills.
+fn naive_refills(c: &mut Cake<TestPacket>, t: usize, budget: u32) -> u32 {
+    let mut refills = 0;
+    while refills < budget {
+        let fid = usize::from(c.tins[t].lists[usize::from(OLD)].head);
+        if c.flows[fid].deficit > 0 {
+            break;
+        }
+        c.leave_sparse_rotation(t, fid);
+        let dither = (c.next_rand() >> 48) as u32;
+        let q = c.flow_quantum(fid, dither);
+        c.flows[fid].deficit = c.flows[fid].deficit.saturating_add(q);
+        c.list_move_head_to_tail(fid, OLD, OLD);
+        c.cur_flow = fid % FLOWS_PER_TIN;
+        refills += 1;
+    }
+    refills
+}
+
+#[test]
+fn a_run_of_refills_matches_refilling_one_flow_at_a_time() {
+    let mut seed = 11u64;
+    let mut runs = 0;
+    for _ in 0..300 {
+        let mut a = unlimited(FlowMode::TripleIsolate, DiffservMode::Besteffort);
+        let flows = 1 + (wyrand(&mut seed) % 40) as u32;
+        for f in 0..flows {
+            let m = udp_meta(f % 3, f % 2, f, 0);
+            for k in 0..3 {
+                a.enqueue(0, pkt(1500, f, k), &m);
+            }
+        }
+        // Serve a little so that flows turn bulk and sit on the old list.
+        for i in 0..u64::from(flows) * 2 {
+            a.dequeue(i);
+        }
+        let old = old_list(&a, 0);
+        if old.is_empty() {
+            continue;
+        }
+        // Deficits deep enough that runs wrap the list, host loads small enough that
+        // they end.
+        for &fid in &old {
+            a.flows[fid].deficit = -((wyrand(&mut seed) % 6000) as i32);
+        }
+        let budget = 1 + (wyrand(&mut seed) % 200) as u32;
+        let mut b = a.clone();
+        let refills = naive_refills(&mut a, 0, budget);
+        let mut left = budget;
+        let finished = b.refill_old_run(0, old[0], &mut left);
+        assert_eq!(finished, refills < budget, "budget {budget}");
+        assert_eq!(budget - left, refills);
+        assert_eq!(old_list(&a, 0), old_list(&b, 0));
+        let deficits = |c: &Cake<TestPacket>| -> Vec<i32> {
+            old.iter().map(|&f| c.flows[f].deficit).collect()
+        };
+        assert_eq!(deficits(&a), deficits(&b));
+        assert_eq!(a.rng, b.rng);
+        if !finished {
+            assert_eq!(a.cur_flow, b.cur_flow);
+        }
+        b.check_invariants().unwrap();
+        runs += 1;
+    }
+    assert!(runs > 200, "only {runs} runs had an old list");
+}

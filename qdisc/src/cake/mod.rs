@@ -1361,8 +1361,12 @@ impl<P: Packet> Cake<P> {
             if self.rate.is_unlimited() {
                 let mut wrapped = false;
                 let mut empty = true;
+                // The cursor in a local, stored once: as a field it was stored and the tin
+                // count reloaded on every turn, and the walk turns ~4 times per dequeue
+                // at 1000 bytes.
+                let tin_cnt = self.tin_cnt;
+                let mut t = self.cur_tin % MAX_TINS;
                 loop {
-                    let t = self.cur_tin;
                     let st = &self.stats.tins[t];
                     let active = st.sparse_flows + st.bulk_flows > 0;
                     let tin = &mut self.tins[t];
@@ -1375,11 +1379,12 @@ impl<P: Packet> Cake<P> {
                     if active {
                         empty = false;
                     }
-                    self.cur_tin += 1;
-                    if self.cur_tin >= self.tin_cnt {
-                        self.cur_tin = 0;
+                    t += 1;
+                    if t >= tin_cnt {
+                        t = 0;
                         if wrapped {
                             if empty {
+                                self.cur_tin = 0;
                                 return Dequeue::Empty;
                             }
                             self.skip_drr_rounds();
@@ -1388,6 +1393,7 @@ impl<P: Packet> Cake<P> {
                         }
                     }
                 }
+                self.cur_tin = t;
             } else {
                 let mut best_time = i64::MAX;
                 let mut best = 0;

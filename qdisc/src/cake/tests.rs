@@ -726,14 +726,13 @@ fn decaying_flows_are_served_and_retired() {
 fn naive_drr(c: &mut Cake<TestPacket>) -> usize {
     let mut t = 0;
     loop {
-        let st = &c.stats.tins[t];
-        let active = st.sparse_flows + st.bulk_flows > 0;
-        let tin = &mut c.tins[t];
-        if tin.tin_deficit >= 0 && active {
+        let turn = &mut c.turns[t];
+        let active = turn.active_flows > 0;
+        if turn.deficit >= 0 && active {
             return t;
         }
-        if tin.tin_deficit <= 0 {
-            tin.tin_deficit += i32::from(tin.tin_quantum);
+        if turn.deficit <= 0 {
+            turn.deficit += i32::from(turn.quantum);
         }
         t = (t + 1) % c.tin_cnt;
     }
@@ -747,9 +746,9 @@ fn skipping_drr_rounds_matches_running_them() {
         let mut any = false;
         for t in 0..8 {
             let r = wyrand(&mut seed);
-            a.tins[t].tin_deficit = (r % 20_000) as i32 - 15_000;
+            a.turns[t].deficit = (r % 20_000) as i32 - 15_000;
             let active = r >> 40 & 1 == 1;
-            a.stats.tins[t].sparse_flows = u32::from(active);
+            a.turns[t].active_flows = u16::from(active);
             any |= active;
         }
         if !any {
@@ -759,8 +758,8 @@ fn skipping_drr_rounds_matches_running_them() {
         let ta = naive_drr(&mut a);
         b.skip_drr_rounds();
         let tb = naive_drr(&mut b);
-        let da: Vec<i32> = a.tins.iter().map(|t| t.tin_deficit).collect();
-        let db: Vec<i32> = b.tins.iter().map(|t| t.tin_deficit).collect();
+        let da: Vec<i32> = a.turns.iter().map(|t| t.deficit).collect();
+        let db: Vec<i32> = b.turns.iter().map(|t| t.deficit).collect();
         assert_eq!((ta, da), (tb, db));
     }
 }

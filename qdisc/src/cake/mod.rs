@@ -113,12 +113,18 @@ const OLD: u8 = 1;
 const DECAY: u8 = 2;
 const NO_LIST: u8 = u8::MAX;
 
-/// `65535 / n`: the host-fairness divisor table (index 0 unused).
-static QUANTUM_DIV: [u16; FLOWS_PER_TIN + 1] = {
-    let mut t = [0u16; FLOWS_PER_TIN + 1];
+/// Entries of [`QUANTUM_DIV`]: a power of two above any host's bulk count (at most the
+/// 1024 flows of its tin), so that a mask keeps the index in bounds without a clamp.
+const QUANTUM_DIV_LEN: usize = 2 * FLOWS_PER_TIN;
+
+/// `65535 / n`: the host-fairness divisor table (index 0 unused); loads above 1024 cannot
+/// occur and read 1024's divisor.
+static QUANTUM_DIV: [u16; QUANTUM_DIV_LEN] = {
+    let mut t = [0u16; QUANTUM_DIV_LEN];
     let mut i = 1;
-    while i <= FLOWS_PER_TIN {
-        t[i] = (65535 / i) as u16;
+    while i < QUANTUM_DIV_LEN {
+        let n = if i > FLOWS_PER_TIN { FLOWS_PER_TIN } else { i };
+        t[i] = (65535 / n) as u16;
         i += 1;
     }
     t
@@ -894,7 +900,7 @@ impl<P: Packet> Cake<P> {
         if self.ddst {
             load = load.max(self.dst_bulk[base + usize::from(f.dsthost)]);
         }
-        let div = u32::from(QUANTUM_DIV[usize::from(load).min(FLOWS_PER_TIN)]);
+        let div = u32::from(QUANTUM_DIV[usize::from(load) % QUANTUM_DIV_LEN]);
         ((u32::from(self.tins[tin].flow_quantum) * div + dither) >> 16) as i32
     }
 
@@ -1161,8 +1167,9 @@ impl<P: Packet> Cake<P> {
         let t = self.select_tin(meta);
         let fid = self.lookup(t, meta);
 
-        // Ensure the shaper state is not stale after an idle period.
-        if self.stats.tins[t].backlog_bytes == 0 {
+        // Ensure the shaper state is not stale after an idle period. Unlimited, nothing
+        // reads the clocks, and leaving unlimited mode brings them up to date.
+        if !self.rate.is_unlimited() && self.stats.tins[t].backlog_bytes == 0 {
             let tin = &mut self.tins[t];
             if tin.clock.next_ns < now {
                 tin.clock.set(now);

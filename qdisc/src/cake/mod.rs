@@ -641,9 +641,7 @@ impl<P: Packet> Cake<P> {
     /// Picks the tin (cake-spec.md §3 Tin selection).
     #[inline]
     fn select_tin(&self, meta: &PacketMeta) -> usize {
-        if self.tin_cnt == 1 {
-            return 0;
-        }
+        // No shortcut for one tin: besteffort's tables map everything to tin 0 anyway.
         let mask = self.config.fwmark_mask;
         if mask != 0 {
             let mark = (meta.mark & mask) >> mask.trailing_zeros();

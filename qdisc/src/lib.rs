@@ -56,17 +56,22 @@ pub enum DropReason {
     TxFull,
     /// The frame could not be parsed (forwarded anyway as non-IP; counted here only if dropped).
     Malformed,
+    /// The port took the frame but could not send it, for good: larger than the egress MTU,
+    /// interface down, the interface's own kernel qdisc full, or a capture file that failed
+    /// to write. Counted as dropped, not transmitted.
+    TxRefused,
 }
 
 impl DropReason {
     /// All reasons, in display order.
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::Aqm,
         DropReason::Overflow,
         DropReason::AckFilter,
         DropReason::IntakeFull,
         DropReason::TxFull,
         DropReason::Malformed,
+        DropReason::TxRefused,
     ];
 
     /// This reason's position in [`DropReason::ALL`], for per-reason counter arrays.
@@ -78,6 +83,7 @@ impl DropReason {
             DropReason::IntakeFull => 3,
             DropReason::TxFull => 4,
             DropReason::Malformed => 5,
+            DropReason::TxRefused => 6,
         }
     }
 
@@ -90,6 +96,7 @@ impl DropReason {
             DropReason::IntakeFull => "intake_full",
             DropReason::TxFull => "tx_full",
             DropReason::Malformed => "malformed",
+            DropReason::TxRefused => "tx_refused",
         }
     }
 }

@@ -660,6 +660,7 @@ impl<P: PortBuf> Worker<P> {
                 let room = bs.saturating_sub(slot.pending.len());
                 let mut tx_pkts = 0u64;
                 let mut tx_bytes = 0u64;
+                let mut tx_refused = 0u64;
                 // A queue with nothing to drain, dequeue, apply or sync is not run at all (its
                 // lock round trip and publish would cost more than a bypassed burst).
                 if room > 0 && now >= slot.due_ns && self.shapers[e].run_wanted(now) {
@@ -680,9 +681,10 @@ impl<P: PortBuf> Worker<P> {
                             out.append(&mut scratch);
                         }
                         *pending_bytes += out[fresh..].iter().map(|p| p.len() as u64).sum::<u64>();
-                        let (n, b) = transmit(port_tx.as_mut(), out, pending_bytes);
+                        let (n, b, r) = transmit(port_tx.as_mut(), out, pending_bytes);
                         tx_pkts += n;
                         tx_bytes += b;
+                        tx_refused += r;
                         kept = out.len();
                     });
                     if let RunResult::Ran { sent, next } = r {
@@ -705,15 +707,18 @@ impl<P: PortBuf> Worker<P> {
                     slot.pending.push(p);
                 }
                 if !slot.pending.is_empty() {
-                    let (n, b) =
+                    let (n, b, r) =
                         transmit(slot.tx.as_mut(), &mut slot.pending, &mut slot.pending_bytes);
                     tx_pkts += n;
                     tx_bytes += b;
+                    tx_refused += r;
                 }
-                if tx_pkts > 0 {
+                if tx_pkts + tx_refused > 0 {
                     local[lp.egress(e, egress::TX_PACKETS)] += tx_pkts;
                     local[lp.egress(e, egress::TX_BYTES)] += tx_bytes;
-                    work += tx_pkts as usize;
+                    local[lp.egress(e, egress::DROPS + DropReason::TxRefused.index())] +=
+                        tx_refused;
+                    work += (tx_pkts + tx_refused) as usize;
                 }
                 local[lp.egress(e, egress::PENDING)] = slot.pending.len() as u64;
             }
@@ -849,27 +854,33 @@ fn count_offer(local: &mut [u64], lp: Layout, e: usize, offered: Offered) {
 }
 
 /// Transmits from the front of `burst`, whose bytes are `bytes` (updated to what is left);
-/// returns packets and bytes sent.
+/// returns packets and bytes sent, and packets the port took but refused for good.
 #[inline]
 fn transmit<P: PortBuf>(
     tx: &mut dyn PortTx<Buf = P>,
     burst: &mut Vec<P>,
     bytes: &mut u64,
-) -> (u64, u64) {
+) -> (u64, u64, u64) {
     debug_assert_eq!(
         *bytes,
         burst.iter().map(|p| p.len() as u64).sum::<u64>(),
         "pending bytes out of step with the pending burst"
     );
-    let sent = tx.tx_burst(burst);
-    if sent == 0 {
-        return (0, 0);
+    let taken = tx.tx_burst(burst);
+    if taken == 0 {
+        return (0, 0, 0);
     }
     // Usually the port took everything; otherwise only what is left is summed.
     let left: u64 = burst.iter().map(|p| p.len() as u64).sum();
-    let sent_bytes = bytes.saturating_sub(left);
+    let taken_bytes = bytes.saturating_sub(left);
     *bytes = left;
-    (sent as u64, sent_bytes)
+    let (refused, refused_bytes) = tx.take_refused();
+    let refused = refused.min(taken as u64);
+    (
+        taken as u64 - refused,
+        taken_bytes.saturating_sub(refused_bytes),
+        refused,
+    )
 }
 
 #[cfg(test)]
@@ -1236,6 +1247,76 @@ mod tests {
         let t = stats.totals();
         assert_eq!((t.sent_packets, t.received_packets), (3000, 3000));
         assert_eq!((t.reordered, t.duplicates), (0, 0));
+    }
+
+    /// Takes every frame it is offered but refuses every third one for good, as a kernel
+    /// does with a frame longer than the egress MTU.
+    struct Refusing {
+        taken: u64,
+        refused: (u64, u64),
+    }
+
+    impl PortTx for Refusing {
+        type Buf = PoolBuf;
+        fn tx_burst(&mut self, burst: &mut Vec<PoolBuf>) -> usize {
+            let n = burst.len();
+            for b in burst.drain(..) {
+                self.taken += 1;
+                if self.taken.is_multiple_of(3) {
+                    self.refused.0 += 1;
+                    self.refused.1 += b.data().len() as u64;
+                }
+            }
+            n
+        }
+        fn take_refused(&mut self) -> (u64, u64) {
+            std::mem::take(&mut self.refused)
+        }
+    }
+
+    #[test]
+    fn frames_a_port_refuses_count_as_dropped_not_transmitted() {
+        let frames: std::collections::VecDeque<Vec<u8>> =
+            (0..30).map(|i| vec![0u8; 60 + i]).collect();
+        let bytes: u64 = frames.iter().map(|f| f.len() as u64).sum();
+        // Every third frame, as the port counts them in arrival order.
+        let refused_bytes: u64 = frames
+            .iter()
+            .skip(2)
+            .step_by(3)
+            .map(|f| f.len() as u64)
+            .sum();
+        let rx: Vec<Box<dyn PortRx<Buf = PoolBuf>>> = vec![Box::new(Frames {
+            pool: Pool::new(64, 2048),
+            frames,
+            per_burst: 4,
+        })];
+        let refusing = Refusing {
+            taken: 0,
+            refused: (0, 0),
+        };
+        let ports = EnginePorts {
+            rx: vec![rx, Vec::new()],
+            tx: vec![
+                vec![Box::new(Count(Arc::new(AtomicU64::new(0)))) as Box<dyn PortTx<Buf = PoolBuf>>],
+                vec![Box::new(refusing) as Box<dyn PortTx<Buf = PoolBuf>>],
+            ],
+            forward: vec![Some(1), None],
+        };
+        let (shapers, _) =
+            build_queues(&QueueChoice::None, 2, 1, TxQueueOptions::default()).unwrap();
+        let ecfg = EngineConfig {
+            pin: false,
+            ..EngineConfig::default()
+        };
+        let running = start_until_rx_done(&ecfg, ports, shapers);
+        let shared = running.shared().clone();
+        assert_eq!(running.join(), 0);
+        let snap = shared.snapshot();
+        let refused = snap.egress(1, egress::DROPS + DropReason::TxRefused.index());
+        assert_eq!(refused, 10);
+        assert_eq!(snap.egress(1, egress::TX_PACKETS), 20);
+        assert_eq!(snap.egress(1, egress::TX_BYTES), bytes - refused_bytes);
     }
 
     /// Hands out fixed frames, `per_burst` at a time, then finishes.

@@ -54,6 +54,13 @@ pub trait PortTx: Send {
     /// Transmits packets from the front of `burst` and removes the ones sent; the ones the
     /// ring had no room for stay in `burst`, in order. Returns how many were sent.
     fn tx_burst(&mut self, burst: &mut Vec<Self::Buf>) -> usize;
+    /// Packets and bytes that [`PortTx::tx_burst`] took and counted in its return value but
+    /// could not send, for good (the kernel refused them, a file write failed), since the
+    /// last call. The engine counts them as dropped ([`qdisc::DropReason::TxRefused`]), not
+    /// transmitted. Ports that never refuse a frame keep the default.
+    fn take_refused(&mut self) -> (u64, u64) {
+        (0, 0)
+    }
     /// Pushes out anything buffered below the ring (a file writer's buffer). Called when the
     /// engine stops.
     fn flush(&mut self) {}

@@ -409,6 +409,8 @@ pub struct PcapTx {
     counters: Arc<PcapCounters>,
     written: u64,
     errors: u64,
+    /// Frames and bytes whose write failed since the engine last asked.
+    refused: (u64, u64),
 }
 
 impl PcapTx {
@@ -419,6 +421,7 @@ impl PcapTx {
             counters,
             written: 0,
             errors: 0,
+            refused: (0, 0),
         }
     }
 }
@@ -448,6 +451,8 @@ impl PortTx for PcapTx {
                             );
                         }
                         self.errors += 1;
+                        self.refused.0 += 1;
+                        self.refused.1 += data.len() as u64;
                     }
                 }
             }
@@ -458,6 +463,10 @@ impl PortTx for PcapTx {
         self.counters.written.store(self.written, Relaxed);
         self.counters.write_errors.store(self.errors, Relaxed);
         n
+    }
+
+    fn take_refused(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.refused)
     }
 
     /// Flushes and closes the shared output file (the engine calls this once it stopped).

@@ -155,9 +155,9 @@ pub struct CakeStats {
     /// `Overflow` drops).
     pub purged_packets: u64,
     /// Drops by reason (packets), indexed like [`DropReason::ALL`].
-    pub drops: [u64; 6],
+    pub drops: [u64; DropReason::ALL.len()],
     /// Drops by reason (bytes), indexed like [`DropReason::ALL`].
-    pub drop_bytes: [u64; 6],
+    pub drop_bytes: [u64; DropReason::ALL.len()],
     /// Per-tin statistics, indexed by tin (always 8; see [`CakeStats::active_tins`]). An
     /// array rather than a `Vec`: the per-packet counters are then at fixed offsets from
     /// the instance, with no pointer to load and no length to check.
@@ -184,8 +184,8 @@ impl CakeStats {
             catch_up_clamps: 0,
             bypassed_packets: 0,
             purged_packets: 0,
-            drops: [0; 6],
-            drop_bytes: [0; 6],
+            drops: [0; DropReason::ALL.len()],
+            drop_bytes: [0; DropReason::ALL.len()],
             tins: std::array::from_fn(|_| TinStats::new()),
             tin_count: 1,
             avg_netoff_fp: 0,

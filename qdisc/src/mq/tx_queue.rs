@@ -107,7 +107,7 @@ pub struct TxQueueStats {
     /// Packets dropped because the intake was full.
     pub intake_full: u64,
     /// Packets the qdisc dropped at enqueue, by reason (indexed like [`DropReason::ALL`]).
-    pub qdisc_drops: [u64; 6],
+    pub qdisc_drops: [u64; DropReason::ALL.len()],
     /// Packets the qdisc dropped inside dequeue (AQM), derived by conservation.
     pub dequeue_drops: u64,
     /// Packets handed to `transmit` by runs.
@@ -205,7 +205,7 @@ const FAST_HORIZON_NS: u64 = 5_000_000;
 struct Published {
     enqueued: AtomicU64,
     bypassed: AtomicU64,
-    qdisc_drops: [AtomicU64; 6],
+    qdisc_drops: [AtomicU64; DropReason::ALL.len()],
     dequeue_drops: AtomicU64,
     dequeued: AtomicU64,
     sent_bytes: AtomicU64,
@@ -231,7 +231,7 @@ struct Runner<P, Q> {
 struct Counters {
     enqueued: u64,
     bypassed: u64,
-    qdisc_drops: [u64; 6],
+    qdisc_drops: [u64; DropReason::ALL.len()],
     /// Drops counted in `qdisc_drops` (at enqueue, and by a reconfigure's purge); the rest
     /// of what left the qdisc without being dequeued is the AQM's.
     reasoned_drops: u64,
@@ -787,7 +787,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     /// Counters as of the last run (intake drops are live).
     pub fn stats(&self) -> TxQueueStats {
         let p = &self.published;
-        let mut qdisc_drops = [0; 6];
+        let mut qdisc_drops = [0; DropReason::ALL.len()];
         for (d, a) in qdisc_drops.iter_mut().zip(&p.qdisc_drops) {
             *d = a.load(Ordering::Relaxed);
         }

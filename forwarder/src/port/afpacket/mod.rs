@@ -346,6 +346,7 @@ impl AfPacketPort {
                 sock,
                 counters,
                 tally: TxTally::default(),
+                refused: (0, 0),
             });
         }
         Ok(AfPacketPort {
@@ -637,6 +638,8 @@ pub struct AfPacketTx {
     sock: PacketSocket,
     counters: Arc<TxCounters>,
     tally: TxTally,
+    /// Frames and bytes refused for good since the engine last asked.
+    refused: (u64, u64),
 }
 
 impl AfPacketTx {
@@ -694,12 +697,18 @@ impl PortTx for AfPacketTx {
                     } else {
                         self.tally.errors += 1;
                     }
-                    burst.remove(0);
+                    let dropped = burst.remove(0);
+                    self.refused.0 += 1;
+                    self.refused.1 += dropped.data().len() as u64;
                 }
             }
         }
         self.publish();
         before - burst.len()
+    }
+
+    fn take_refused(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.refused)
     }
 }
 
@@ -925,6 +934,42 @@ mod tests {
         );
         assert_eq!(bt.rx_packets, 600);
         assert_eq!((bt.rx_oversize, bt.rx_errors, at.tx_errors), (0, 0, 0));
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace and a veth pair"]
+    fn frames_longer_than_the_egress_mtu_are_reported_refused_not_sent() {
+        if !enter_veth_lab() {
+            return;
+        }
+        run("ip", &["link", "set", "va", "mtu", "1000"]);
+        let pool = Pool::new(256, 2048);
+        let a = AfPacketPort::open(&AfPacketConfig::new("va"), pool).unwrap();
+        let stats = a.stats();
+        let (_a_rx, mut a_tx) = a.split();
+        // Two that fit around one that does not (1500 bytes of payload on a 1000 MTU).
+        let mut frames = vec![
+            test_frame(&pool, 0, 100),
+            test_frame(&pool, 1, 1514),
+            test_frame(&pool, 2, 100),
+        ];
+        let mut taken = 0;
+        for _ in 0..MAX_POLLS {
+            taken += a_tx[0].tx_burst(&mut frames);
+            if frames.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(taken, 3, "every frame left the burst");
+        assert_eq!(a_tx[0].take_refused(), (1, 1514));
+        assert_eq!(
+            a_tx[0].take_refused(),
+            (0, 0),
+            "each refusal is reported once"
+        );
+        let t = stats.totals();
+        assert_eq!((t.tx_packets, t.tx_errors), (2, 1));
     }
 
     #[test]

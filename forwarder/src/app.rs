@@ -553,8 +553,16 @@ fn supervise<P: PortBuf>(
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())
         .context("installing the SIGTERM handler")?;
 
-    let latest_text = Arc::new(Mutex::new(String::from("no report yet\n")));
-    let latest_json = Arc::new(Mutex::new(String::from("{}\n")));
+    // Until the first report, say when it comes: a bare `{}` read as a report with no ports.
+    let not_yet = format!(
+        "no report yet: the first comes {} after start (stats.interval)",
+        scfg.interval
+    );
+    let latest_text = Arc::new(Mutex::new(format!("{not_yet}\n")));
+    let latest_json = Arc::new(Mutex::new(format!(
+        "{}\n",
+        serde_json::json!({ "report": null, "error": not_yet })
+    )));
     let latest_prom = Arc::new(Mutex::new(String::new()));
     let aux_stop = Arc::new(AtomicBool::new(false));
     let mut aux = Vec::new();

@@ -556,3 +556,45 @@ fn dpdk_null_ports_forward_through_cake_with_conservation() {
     assert!(stdout.contains("port a: rx "), "{stdout}");
     assert!(stdout.contains(": ok"), "{stdout}");
 }
+
+#[test]
+fn before_the_first_report_ctl_stats_says_when_it_comes() {
+    // The JSON form used to be a bare `{}`, which a dashboard read as a report of nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let sock = ctl_path(dir.path());
+    let mut child = cakewalk_run()
+        .args(["--duration", "20s", "--control", &s(&sock)])
+        .args(["--rate", "10mbit", "--set", "stats.interval=\"30s\""])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary runs");
+    let ctl = |args: &[&str]| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_cakewalk"))
+            .args(["ctl", "--socket", &s(&sock), "stats"])
+            .args(args)
+            .output()
+            .expect("ctl runs");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let start = Instant::now();
+    let mut json = String::new();
+    while start.elapsed() < Duration::from_secs(15) {
+        json = ctl(&["--json"]);
+        if !json.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = ctl(&[]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let v: Value = serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert!(v["report"].is_null(), "{json}");
+    assert!(v["error"].as_str().unwrap().contains("30s"), "{json}");
+    assert!(
+        text.contains("no report yet") && text.contains("30s"),
+        "{text}"
+    );
+}

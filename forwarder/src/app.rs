@@ -406,13 +406,17 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
     })
 }
 
+/// Packets the lock-free intake of one TX queue holds (other workers' packets waiting for
+/// the queue's runner).
+const INTAKE_CAPACITY: usize = 4096;
+
 fn queue_options(config: &Config) -> TxQueueOptions {
     let policy = match config.shaper.sync_policy {
         crate::config::SyncPolicy::Equal => qdisc::mq::SyncPolicy::Equal,
         crate::config::SyncPolicy::WorkConserving => qdisc::mq::SyncPolicy::WorkConserving,
     };
     TxQueueOptions {
-        intake_capacity: 4096,
+        intake_capacity: INTAKE_CAPACITY,
         bypass: config.shaper.bypass,
         sync: SyncConfig {
             policy,
@@ -446,7 +450,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
 /// When one port's TX queues together may hold more buffers than the pool that feeds them
 /// has, an overload empties the pool first: receiving stalls and the ring, not CAKE, picks
-/// what to drop, while CAKE's queues stay full. Says so, and what to change.
+/// what to drop, while CAKE's queues stay full. Says so, and what to change. With several
+/// workers the rings between them (each queue's intake, each port queue's handoff) hold
+/// buffers too.
 pub fn pool_warning(config: &Config) -> Option<String> {
     if config.shaper.queue != QueueKind::Cake {
         return None;
@@ -456,12 +462,28 @@ pub fn pool_warning(config: &Config) -> Option<String> {
     let limit_bytes = cake.memory_limit_at(cake.rate.bytes_per_sec());
     let per_queue =
         (limit_bytes / config.ports.buffer_size.max(1) as u64).min(u64::from(cake.packet_limit));
-    let queues = config.engine.tx_queues as u64;
-    let can_hold = per_queue.saturating_mul(queues);
+    let engine = &config.engine;
+    let queues = engine.tx_queues as u64;
+    let rings_per_queue = if engine.workers > 1 {
+        (INTAKE_CAPACITY + crate::engine::handoff_capacity(engine.burst)) as u64
+    } else {
+        0
+    };
+    let in_cake = per_queue.saturating_mul(queues);
+    let in_rings = rings_per_queue.saturating_mul(queues);
+    let can_hold = in_cake.saturating_add(in_rings);
     let pool = config.ports.pool_buffers as u64;
+    let rings = if in_rings > 0 {
+        format!(
+            ", plus {in_rings} in the rings between the {} workers",
+            engine.workers
+        )
+    } else {
+        String::new()
+    };
     (can_hold > pool).then(|| {
         format!(
-            "the {queues} TX queue(s) of a port may hold up to {can_hold} buffers (CAKE's memory limit {:.1} MiB per queue, {} bytes per buffer), more than the {pool} of the pool that feeds them: under overload the pool runs dry and receiving stalls before CAKE drops anything; raise ports.pool_buffers to {can_hold} or lower shaper.memlimit",
+            "the {queues} TX queue(s) of a port may hold up to {can_hold} buffers ({in_cake} under CAKE's memory limit of {:.1} MiB per queue at {} bytes per buffer{rings}), more than the {pool} of the pool that feeds them: under overload the pool runs dry and receiving stalls before CAKE drops anything; raise ports.pool_buffers to {can_hold} or lower shaper.memlimit",
             limit_bytes as f64 / f64::from(1u32 << 20),
             config.ports.buffer_size,
         )
@@ -729,6 +751,17 @@ mod tests {
             "{w}"
         );
         assert_eq!(at(9, "memlimit = \"2mb\""), None, "a lower memlimit fits");
+        // Two workers: each queue's intake (4096) and handoff (32 x 64) hold buffers too.
+        let two = Config::from_toml_str(
+            "[shaper]\nrate = \"100mbit\"\n[engine]\ntx_queues = 2\nworkers = 2",
+        )
+        .unwrap();
+        let w = pool_warning(&two).expect("2 x (2441 + 4096 + 2048) > 16384");
+        assert!(
+            w.contains("up to 17170 buffers (4882 under CAKE's")
+                && w.contains("plus 12288 in the rings between the 2 workers"),
+            "{w}"
+        );
         assert_eq!(
             at(9, "queue = \"fifo\""),
             None,

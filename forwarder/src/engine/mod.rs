@@ -397,7 +397,7 @@ pub fn start_with_hook<P: PortBuf>(
     let shapers: Shapers<P> = Arc::new(shapers);
     let handoff: Arc<Vec<ArrayQueue<P>>> = Arc::new(
         (0..layout.egress_count())
-            .map(|_| ArrayQueue::new(cfg.burst * 64))
+            .map(|_| ArrayQueue::new(handoff_capacity(cfg.burst)))
             .collect(),
     );
     let cores = pick_cores(cfg);
@@ -844,6 +844,12 @@ fn offer_to<P: PortBuf>(
             }
         }
     }
+}
+
+/// Packets the handoff ring of one egress holds: what other workers let through its TX
+/// queue's bypass, waiting for the worker that owns the port.
+pub fn handoff_capacity(burst: usize) -> usize {
+    burst * 64
 }
 
 /// Adds one offer's bypass and handoff-full counts to egress `e`'s counters.

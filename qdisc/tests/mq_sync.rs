@@ -149,6 +149,10 @@ struct Sim<Q: MqQdisc<Pkt> = VirtualShaper> {
     /// xorshift state; 0 = every queue runs every tick, else each queue skips ticks at random
     /// so that the queues sync at different, jittered instants.
     jitter: u64,
+    /// `(queue, period, length)`: that queue's runner is held off the CPU for the first
+    /// `length` ns of every `period` (a worker descheduled by a busy machine); its packets
+    /// keep waiting.
+    stall: Option<(usize, u64, u64)>,
 }
 
 impl Sim<VirtualShaper> {
@@ -177,6 +181,7 @@ impl<Q: MqQdisc<Pkt>> Sim<Q> {
             last_delivery_ns: vec![0; sources.len()],
             last_step_ns: vec![0; sources.len()],
             jitter: 0,
+            stall: None,
         }
     }
 
@@ -191,6 +196,11 @@ impl<Q: MqQdisc<Pkt>> Sim<Q> {
                 self.jitter ^= self.jitter << 17;
                 // Run on about one tick in three.
                 if !self.jitter.is_multiple_of(3) {
+                    continue;
+                }
+            }
+            if let Some((q, period, length)) = self.stall {
+                if q == i && self.now_ns % period < length {
                     continue;
                 }
             }
@@ -420,6 +430,32 @@ fn two_queues_whose_demand_hovers_around_their_share_never_overshoot_together() 
         assert!(
             ratio < 1.01,
             "{sources:?}: aggregate {ratio:.4} of the global rate"
+        );
+    }
+}
+
+#[test]
+fn a_saturated_queue_whose_runner_stalls_does_not_let_the_aggregate_overshoot() {
+    // Two greedy queues; queue 0's worker loses the CPU for 150 us of every 1 ms (and 300 us
+    // of every 2.5 ms), so at some syncs it delivered well under its share while packets
+    // waited. Counting it thin then handed its sibling the difference while it kept its own
+    // share, and it sent that share when it came back: 2 queues on 2 busy workers delivered
+    // 101 % of the rate.
+    for (period, length) in [(1_000_000, 150_000), (2_500_000, 300_000)] {
+        let mut sim = Sim::new(
+            &[Source::Greedy, Source::Greedy],
+            SyncPolicy::WorkConserving,
+        );
+        sim.stall = Some((0, period, length));
+        let ratio = sim.aggregate_ratio(20_000_000, 200_000_000);
+        println!("stall {length} ns every {period} ns: aggregate {ratio:.5}");
+        assert!(
+            ratio < 1.002,
+            "stalls of {length} ns every {period} ns: aggregate {ratio:.4} of the rate"
+        );
+        assert!(
+            ratio > 0.9,
+            "stalls of {length} ns every {period} ns: aggregate only {ratio:.4} of the rate"
         );
     }
 }

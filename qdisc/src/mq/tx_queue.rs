@@ -901,10 +901,12 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         } else {
             0
         };
-        // Saturated: it used (nearly) all of its share, or it used at least half of it and the
-        // shaper still held packets at the end of the last run. The second test keeps a
-        // queue whose share is only a few packets per window from flickering to "thin" on
-        // quantisation noise; the half keeps a thin queue's momentary burst from counting.
+        // Saturated: it used (nearly) all of its share, or the shaper still held packets at
+        // the end of the last run, whatever it used: packets waiting mean the queue was short
+        // of rate or of CPU, never of demand. (Counting a queue whose worker lost the CPU as
+        // thin handed its sibling the difference while it kept its own share, and sent that
+        // when it came back: 2 queues on 2 busy workers delivered 101 % of the rate.) A
+        // light queue draining a burst stays thin (below).
         let used_percent = if share_before == 0 {
             0
         } else {
@@ -953,8 +955,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             && average.saturating_mul(2) < share_before
             && recent <= average.saturating_mul(2);
         let held_back = r.sync.published_backlog > 0;
-        let saturated = used_percent >= u128::from(saturation) && !light
-            || held_back && used_percent >= 50 && !light;
+        let saturated = (used_percent >= u128::from(saturation) || held_back) && !light;
         let demand = if saturated || measured == 0 && held_back {
             None
         } else {

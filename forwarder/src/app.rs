@@ -248,7 +248,16 @@ pub struct SoftPorts {
     pub synth: Vec<(usize, Arc<SynthStats>)>,
     /// Backend counters of pcap and AF_PACKET ports.
     pub backend: Vec<(usize, BackendCounters)>,
+    /// Health checks of ports that can fail under a running forwarder (an AF_PACKET port's
+    /// interface deleted).
+    pub health: Vec<(usize, PortHealth)>,
 }
+
+/// Says what broke once a port can no longer forward anything; `None` while it can.
+pub type PortHealth = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// How often the supervisor runs the ports' health checks.
+const HEALTH_CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// Builds ports A and B from `cfg` with `tx_queues` transmit halves each.
 pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<SoftPorts> {
@@ -256,6 +265,7 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
     let mut tx: Vec<Vec<Box<dyn PortTx<Buf = PoolBuf>>>> = Vec::new();
     let mut synth = Vec::new();
     let mut backend: Vec<(usize, BackendCounters)> = Vec::new();
+    let mut health: Vec<(usize, PortHealth)> = Vec::new();
     // One set of figures for every synth port: generators on one side, sinks on the other.
     let synth_stats = Arc::new(SynthStats::default());
     let specs: [&PortSpec; 2] = [&cfg.a, &cfg.b];
@@ -360,6 +370,7 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                 let port = crate::port::afpacket::AfPacketPort::open(&ac, pool)
                     .with_context(|| format!("port {name}: opening '{}'", spec.iface))?;
                 let st = port.stats();
+                health.push((p, Box::new(port.health_check()) as PortHealth));
                 backend.push((
                     p,
                     Box::new(move || {
@@ -403,6 +414,7 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
         ports: EnginePorts { rx, tx, forward },
         synth,
         backend,
+        health,
     })
 }
 
@@ -445,7 +457,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         crate::log_line!("warning: {w}");
     }
     let soft = build_soft_ports(&config.ports, ecfg.tx_queues)?;
-    supervise(&config, soft.ports, soft.synth, soft.backend, None)
+    supervise(
+        &config,
+        soft.ports,
+        soft.synth,
+        soft.backend,
+        soft.health,
+        None,
+    )
 }
 
 /// When one port's TX queues together may hold more buffers than the pool that feeds them
@@ -541,6 +560,7 @@ fn run_dpdk(config: &Config) -> anyhow::Result<()> {
         EnginePorts { rx, tx, forward },
         Vec::new(),
         Vec::new(),
+        Vec::new(),
         Some(hook),
     );
     drop(set);
@@ -553,6 +573,7 @@ fn supervise<P: PortBuf>(
     ports: EnginePorts<P>,
     synth: Vec<(usize, Arc<SynthStats>)>,
     backend: Vec<(usize, BackendCounters)>,
+    health: Vec<(usize, PortHealth)>,
     hook: Option<WorkerHook>,
 ) -> anyhow::Result<()> {
     let ecfg: EngineConfig = config.engine.clone();
@@ -635,7 +656,7 @@ fn supervise<P: PortBuf>(
         engine::start_with_hook(&ecfg, ports, shapers, hook).context("starting the engine")?;
     let handoff_src = running.handoff_counts();
     let mut reporter = Reporter::new(Sources {
-        port_names,
+        port_names: port_names.clone(),
         engine: running.shared().clone(),
         queues: views,
         synth: synth.clone(),
@@ -666,17 +687,29 @@ fn supervise<P: PortBuf>(
     // Supervise.
     let mut next_report = interval_ns;
     let mut draining = false;
-    let mut stop_reason = "duration reached";
+    let mut stop_reason = "duration reached".to_string();
+    let mut port_fault: Option<String> = None;
+    let mut next_health_check = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let elapsed_ns = started.elapsed().as_nanos() as u64;
         if !draining {
+            if Instant::now() >= next_health_check {
+                next_health_check = Instant::now() + HEALTH_CHECK_EVERY;
+                port_fault = health.iter().find_map(|(p, check)| {
+                    let name = port_names.get(*p).cloned().unwrap_or_default();
+                    check().map(|why| format!("port {name}: {why}"))
+                });
+            }
             let why = if stop.load(Ordering::Relaxed) {
-                Some("signal")
+                Some("signal".to_string())
+            } else if let Some(fault) = &port_fault {
+                crate::log_line!("error: {fault}; stopping");
+                Some(fault.clone())
             } else if timing.duration_ns.is_some_and(|d| elapsed_ns >= d) {
-                Some("duration reached")
+                Some("duration reached".to_string())
             } else if running.rx_finished() {
-                Some("inputs finished")
+                Some("inputs finished".to_string())
             } else {
                 None
             };
@@ -719,6 +752,9 @@ fn supervise<P: PortBuf>(
     let _ = crate::cli::out(&format!("stopped: {stop_reason}\n{}", r.final_text()));
     if panicked > 0 {
         bail!("{panicked} worker thread(s) panicked; the report above is incomplete");
+    }
+    if let Some(fault) = port_fault {
+        bail!("{fault}: cakewalk stopped; start it again once the interface is back (the systemd unit's Restart=on-failure does so)");
     }
     if !r.conservation.ok {
         bail!(

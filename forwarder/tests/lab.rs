@@ -30,6 +30,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// The shaped rate, in the lab's units and in bit/s.
 const RATE: &str = "200mbit";
@@ -384,4 +385,103 @@ fn without_cap_net_raw_the_error_says_how_to_grant_it() {
     assert!(!ok);
     assert!(stderr.contains("needs root or CAP_NET_RAW"), "{stderr}");
     assert!(stderr.contains("setcap cap_net_raw"), "{stderr}");
+}
+
+/// A network namespace of this test's own, deleted on drop (also when the test fails).
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        let name = format!("cw{tag}{}", std::process::id());
+        let ok = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip netns add {name} failed");
+        Netns(name)
+    }
+
+    fn ip(&self, args: &[&str]) {
+        let out = Command::new("ip")
+            .args(["-n", &self.0])
+            .args(args)
+            .output()
+            .expect("ip runs");
+        assert!(
+            out.status.success(),
+            "ip -n {} {args:?}: {}",
+            self.0,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+#[test]
+#[ignore = "needs root: creates a network namespace and veths; run scripts/test lab"]
+fn a_port_whose_interface_is_deleted_stops_the_forwarder_with_the_reason() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    // The forwarder used to go on with a dead port, its only sign an rx_errors count.
+    let ns = Netns::new("del");
+    for (a, b) in [("pa", "pb"), ("qa", "qb")] {
+        ns.ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
+        for dev in [a, b] {
+            ns.ip(&["link", "set", dev, "up"]);
+        }
+    }
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            env!("CARGO_BIN_EXE_cakewalk"),
+            "run",
+        ])
+        .args(["--port-kind", "afpacket", "--iface", "pa,qa"])
+        .args(["--duration", "20s", "--set", "engine.pin=false"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run cakewalk");
+    std::thread::sleep(Duration::from_millis(1500));
+    // A link going down and up again is not a failure: the sockets stay bound.
+    ns.ip(&["link", "set", "pa", "down"]);
+    std::thread::sleep(Duration::from_millis(600));
+    ns.ip(&["link", "set", "pa", "up"]);
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "stopped on a link flap"
+    );
+    ns.ip(&["link", "del", "pa"]);
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("still running 10 s after its interface was deleted");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("port a: interface 'pa' disappeared")
+            && stderr.contains("start it again once the interface is back"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("stopped: port a: interface 'pa' disappeared"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("conservation:"), "{stdout}");
 }

@@ -235,6 +235,7 @@ pub struct AfPacketPort {
     rx: Vec<AfPacketRx>,
     tx: Vec<AfPacketTx>,
     stats: Arc<AfPacketStats>,
+    iface: String,
     ifindex: u32,
 }
 
@@ -353,6 +354,7 @@ impl AfPacketPort {
             rx,
             tx,
             stats: Arc::new(stats),
+            iface: iface.to_string(),
             ifindex,
         })
     }
@@ -365,6 +367,25 @@ impl AfPacketPort {
     /// The interface index.
     pub fn ifindex(&self) -> u32 {
         self.ifindex
+    }
+
+    /// A check that says what went wrong once the interface this port is bound to is gone
+    /// (deleted, or deleted and made again under the same name: a new index the sockets are
+    /// not bound to). A link that is merely down needs nothing: the sockets stay bound and
+    /// work again when it comes back up.
+    pub fn health_check(&self) -> impl Fn() -> Option<String> + Send + Sync + 'static {
+        let (iface, ifindex) = (self.iface.clone(), self.ifindex);
+        move || {
+            match sys::if_index(&iface) {
+            Ok(Some(i)) if i == ifindex => None,
+            Ok(Some(i)) => Some(format!(
+                "interface '{iface}' was deleted and made again (index {ifindex}, now {i}); this port's sockets are bound to the old one"
+            )),
+            Ok(None) => Some(format!("interface '{iface}' disappeared")),
+            // Cannot tell (out of sockets?): not a reason to stop forwarding.
+            Err(_) => None,
+        }
+        }
     }
 
     /// Hands out the queues, one per worker.

@@ -1238,10 +1238,11 @@ fn two_workers_receiving_for_each_others_queues_still_deliver_under_a_flood() {
     let two = null_device_run(&["--workers", "2", "--queues", "1"]);
     let ratio = two as f64 / one as f64;
     println!("1 Gbit/s on null devices: 1 worker {one} frames, 2 workers {two} ({ratio:.2})");
-    // Before the fix: 0.08. After: 0.66 on a 2-vCPU VM (the second worker hands every frame
-    // to the other core).
+    // Before the fix: 0.07-0.08. After: 0.22-0.68 on 2-vCPU VMs (the second worker hands
+    // every frame to the other core, and both busy-poll on the only two cores, so the ratio
+    // swings with the host's scheduling; 0.4-0.5 is typical). The bound sits between the two.
     assert!(
-        ratio > 0.3,
+        ratio > 0.15,
         "two workers delivered {ratio:.2} of one worker's frames"
     );
 }

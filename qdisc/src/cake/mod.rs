@@ -321,6 +321,14 @@ fn wyrand(state: &mut u64) -> u64 {
     (t as u64) ^ ((t >> 64) as u64)
 }
 
+/// `flow_quantum / load` in bytes, with `dither` (a random u16, or 0) added before the
+/// shift to avoid accumulating round-off (sch_cake.c's `quantum_div` refill).
+#[inline(always)]
+fn scaled_quantum(flow_quantum: u16, load: u16, dither: u32) -> i32 {
+    let div = u32::from(QUANTUM_DIV[usize::from(load) % QUANTUM_DIV_LEN]);
+    ((u32::from(flow_quantum) * div + dither) >> 16) as i32
+}
+
 /// `x / q` for a tin quantum: a shift for the power-of-two quanta of every mode but
 /// diffserv8 and precedence, whose 7/8 steps need the division.
 #[inline(always)]
@@ -889,17 +897,24 @@ impl<P: Packet> Cake<P> {
     #[inline(always)]
     fn flow_quantum(&self, fid: usize, dither: u32) -> i32 {
         let tin = fid / FLOWS_PER_TIN;
-        let base = tin * FLOWS_PER_TIN;
+        let load = self.host_load(fid, self.dsrc, self.ddst);
+        scaled_quantum(self.tins[tin].flow_quantum, load, dither)
+    }
+
+    /// The larger bulk count of flow `fid`'s source and destination hosts, those that
+    /// `dsrc` and `ddst` say count, and at least 1.
+    #[inline(always)]
+    fn host_load(&self, fid: usize, dsrc: bool, ddst: bool) -> u16 {
+        let base = fid - fid % FLOWS_PER_TIN;
         let f = &self.flows[fid];
         let mut load = 1u16;
-        if self.dsrc {
+        if dsrc {
             load = load.max(self.src_bulk[base + usize::from(f.srchost)]);
         }
-        if self.ddst {
+        if ddst {
             load = load.max(self.dst_bulk[base + usize::from(f.dsthost)]);
         }
-        let div = u32::from(QUANTUM_DIV[usize::from(load) % QUANTUM_DIV_LEN]);
-        ((u32::from(self.tins[tin].flow_quantum) * div + dither) >> 16) as i32
+        load
     }
 
     // ---- intrusive lists -------------------------------------------------------------
@@ -1556,13 +1571,18 @@ impl<P: Packet> Cake<P> {
     /// tin costs. Returns false when the visit budget ran out.
     #[inline(never)]
     fn refill_old_run(&mut self, t: usize, head: usize, budget: &mut u32) -> bool {
+        // What every visit of the run reads, in locals: as fields they were reloaded after
+        // each store into the flow tables (the compiler cannot tell those apart from `self`).
+        let flow_quantum = self.tins[t % MAX_TINS].flow_quantum;
+        let (dsrc, ddst) = (self.dsrc, self.ddst);
+        let mut rng = self.rng;
         let mut fid = head;
         loop {
             // Sparse flows sit on the new list, so this never changes anything here; kept so
             // that the run is exactly the visit loop whatever the state.
             self.leave_sparse_rotation(t, fid);
-            let dither = (self.next_rand() >> 48) as u32;
-            let q = self.flow_quantum(fid, dither);
+            let dither = (wyrand(&mut rng) >> 48) as u32;
+            let q = scaled_quantum(flow_quantum, self.host_load(fid, dsrc, ddst), dither);
             let f = &mut self.flows[fid];
             f.deficit = f.deficit.saturating_add(q);
             let next = self.links[fid].next;
@@ -1573,12 +1593,14 @@ impl<P: Packet> Cake<P> {
             };
             *budget -= 1;
             if *budget == 0 {
+                self.rng = rng;
                 self.cur_flow = fid % FLOWS_PER_TIN;
                 self.rotate_old_list(t, head, next);
                 return false;
             }
             fid = next;
             if self.flows[fid].deficit > 0 {
+                self.rng = rng;
                 self.rotate_old_list(t, head, fid);
                 return true;
             }

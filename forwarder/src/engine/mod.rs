@@ -1259,7 +1259,7 @@ mod tests {
     /// does with a frame longer than the egress MTU.
     struct Refusing {
         taken: u64,
-        refused: (u64, u64),
+        refused: crate::port::Refused,
     }
 
     impl PortTx for Refusing {
@@ -1269,14 +1269,13 @@ mod tests {
             for b in burst.drain(..) {
                 self.taken += 1;
                 if self.taken.is_multiple_of(3) {
-                    self.refused.0 += 1;
-                    self.refused.1 += b.data().len() as u64;
+                    self.refused.count(b.data().len());
                 }
             }
             n
         }
         fn take_refused(&mut self) -> (u64, u64) {
-            std::mem::take(&mut self.refused)
+            self.refused.take()
         }
     }
 
@@ -1299,7 +1298,7 @@ mod tests {
         })];
         let refusing = Refusing {
             taken: 0,
-            refused: (0, 0),
+            refused: crate::port::Refused::default(),
         };
         let ports = EnginePorts {
             rx: vec![rx, Vec::new()],

@@ -47,6 +47,28 @@ pub trait PortRx: Send {
     }
 }
 
+/// What a transmit queue refused for good since the engine last asked
+/// ([`PortTx::take_refused`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Refused {
+    packets: u64,
+    bytes: u64,
+}
+
+impl Refused {
+    /// Counts one refused frame of `len` bytes.
+    pub fn count(&mut self, len: usize) {
+        self.packets += 1;
+        self.bytes += len as u64;
+    }
+
+    /// Packets and bytes counted since the last call; starts again from zero.
+    pub fn take(&mut self) -> (u64, u64) {
+        let r = std::mem::take(self);
+        (r.packets, r.bytes)
+    }
+}
+
 /// The transmit half of one port queue.
 pub trait PortTx: Send {
     /// The buffer type this port accepts.

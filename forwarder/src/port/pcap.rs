@@ -20,7 +20,7 @@ use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
 
 use super::pool::{Pool, PoolBuf};
-use super::{PortBuf, PortRx, PortTx};
+use super::{PortBuf, PortRx, PortTx, Refused};
 use crate::engine::clock;
 
 /// Why a pcap port could not be made.
@@ -410,7 +410,7 @@ pub struct PcapTx {
     written: u64,
     errors: u64,
     /// Frames and bytes whose write failed since the engine last asked.
-    refused: (u64, u64),
+    refused: Refused,
 }
 
 impl PcapTx {
@@ -421,7 +421,7 @@ impl PcapTx {
             counters,
             written: 0,
             errors: 0,
-            refused: (0, 0),
+            refused: Refused::default(),
         }
     }
 }
@@ -451,8 +451,7 @@ impl PortTx for PcapTx {
                             );
                         }
                         self.errors += 1;
-                        self.refused.0 += 1;
-                        self.refused.1 += data.len() as u64;
+                        self.refused.count(data.len());
                     }
                 }
             }
@@ -466,7 +465,7 @@ impl PortTx for PcapTx {
     }
 
     fn take_refused(&mut self) -> (u64, u64) {
-        std::mem::take(&mut self.refused)
+        self.refused.take()
     }
 
     /// Flushes and closes the shared output file (the engine calls this once it stopped).

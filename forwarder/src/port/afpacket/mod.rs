@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::pool::{Pool, PoolBuf};
-use super::{PortBuf, PortRx, PortTx};
+use super::{PortBuf, PortRx, PortTx, Refused};
 
 use sys::{PacketSocket, Received, BATCH_MAX, ETH_P_ALL};
 
@@ -347,7 +347,7 @@ impl AfPacketPort {
                 sock,
                 counters,
                 tally: TxTally::default(),
-                refused: (0, 0),
+                refused: Refused::default(),
             });
         }
         Ok(AfPacketPort {
@@ -660,7 +660,7 @@ pub struct AfPacketTx {
     counters: Arc<TxCounters>,
     tally: TxTally,
     /// Frames and bytes refused for good since the engine last asked.
-    refused: (u64, u64),
+    refused: Refused,
 }
 
 impl AfPacketTx {
@@ -719,8 +719,7 @@ impl PortTx for AfPacketTx {
                         self.tally.errors += 1;
                     }
                     let dropped = burst.remove(0);
-                    self.refused.0 += 1;
-                    self.refused.1 += dropped.data().len() as u64;
+                    self.refused.count(dropped.data().len());
                 }
             }
         }
@@ -729,7 +728,7 @@ impl PortTx for AfPacketTx {
     }
 
     fn take_refused(&mut self) -> (u64, u64) {
-        std::mem::take(&mut self.refused)
+        self.refused.take()
     }
 }
 

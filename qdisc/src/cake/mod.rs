@@ -340,6 +340,13 @@ fn div_quantum(x: u32, q: u32) -> u32 {
     }
 }
 
+/// The tin of global flow id `fid`, reduced modulo `MAX_TINS` (a no-op for a valid id) so
+/// that per-tin arrays index it without a bounds check.
+#[inline(always)]
+fn tin_of(fid: usize) -> usize {
+    (fid / FLOWS_PER_TIN) % MAX_TINS
+}
+
 #[inline]
 fn clamp_u32(v: usize) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
@@ -654,14 +661,16 @@ impl<P: Packet> Cake<P> {
         if mask != 0 {
             let mark = (meta.mark & mask) >> mask.trailing_zeros();
             if mark >= 1 && (mark as usize) <= self.tin_cnt {
-                return self.tin_order[mark as usize - 1];
+                return self.tin_order[mark as usize - 1] % MAX_TINS;
             }
         }
         let t = usize::from(self.tin_index[usize::from(meta.dscp & 63)]);
+        // Reduced modulo MAX_TINS (a no-op: t < tin_cnt <= MAX_TINS) so that the compiler
+        // sees it in bounds and drops the checks of every per-tin table the enqueue indexes.
         if t >= self.tin_cnt {
             0
         } else {
-            t
+            t % MAX_TINS
         }
     }
 
@@ -896,7 +905,7 @@ impl<P: Packet> Cake<P> {
     /// u16, or 0) added before the shift to avoid accumulating round-off.
     #[inline(always)]
     fn flow_quantum(&self, fid: usize, dither: u32) -> i32 {
-        let tin = fid / FLOWS_PER_TIN;
+        let tin = tin_of(fid);
         let load = self.host_load(fid, self.dsrc, self.ddst);
         scaled_quantum(self.tins[tin].flow_quantum, load, dither)
     }
@@ -922,12 +931,12 @@ impl<P: Packet> Cake<P> {
     #[inline(always)]
     fn list_unlink(&mut self, fid: usize) {
         let which = self.flows[fid].list;
-        if which == NO_LIST {
+        let tin = tin_of(fid);
+        // `NO_LIST` is out of range: one check for "on no list" and for the bounds.
+        let Some(list) = self.tins[tin].lists.get_mut(usize::from(which)) else {
             return;
-        }
+        };
         let Link { next, prev } = self.links[fid];
-        let tin = fid / FLOWS_PER_TIN;
-        let list = &mut self.tins[tin].lists[usize::from(which)];
         if prev == NIL16 {
             list.head = next;
         } else {
@@ -944,7 +953,7 @@ impl<P: Packet> Cake<P> {
 
     #[inline(always)]
     fn list_push_tail(&mut self, fid: usize, which: u8) {
-        let tin = fid / FLOWS_PER_TIN;
+        let tin = tin_of(fid);
         let list = &mut self.tins[tin].lists[usize::from(which)];
         let old_tail = list.tail;
         if old_tail == NIL16 {
@@ -970,7 +979,7 @@ impl<P: Packet> Cake<P> {
     /// visits does: the unlink needs no `prev` and the flow's list is known.
     #[inline(always)]
     fn list_move_head_to_tail(&mut self, fid: usize, from: u8, to: u8) {
-        let tin = fid / FLOWS_PER_TIN;
+        let tin = tin_of(fid);
         debug_assert_eq!(self.flows[fid].list, from);
         debug_assert_eq!(
             usize::from(self.tins[tin].lists[usize::from(from)].head),
@@ -1029,7 +1038,7 @@ impl<P: Packet> Cake<P> {
             f.tail = NIL;
         }
         f.backlog -= u64::from(len);
-        self.stats.tins[fid / FLOWS_PER_TIN].backlog_bytes -= u64::from(len);
+        self.stats.tins[tin_of(fid)].backlog_bytes -= u64::from(len);
         self.backlog -= u64::from(len);
         self.buffer_used -= u64::from(foot);
         self.qlen -= 1;
@@ -1055,12 +1064,6 @@ impl<P: Packet> Cake<P> {
     fn heap_flow_grew(&mut self, fid: usize) {
         let flows = &self.flows;
         self.heap.flow_grew(fid, |f| flows[f].backlog);
-    }
-
-    /// Pops from the flow the cursors point at (sch_cake.c `cake_dequeue_one`).
-    #[inline]
-    fn dequeue_one(&mut self) -> Option<u32> {
-        self.pop_head(self.cur_tin * FLOWS_PER_TIN + self.cur_flow)
     }
 
     /// Charges `len` adjusted bytes to tin `t` and the global shaper
@@ -1116,7 +1119,7 @@ impl<P: Packet> Cake<P> {
             self.overflow_timeout = 0;
             return None;
         };
-        let t = fid / FLOWS_PER_TIN;
+        let t = tin_of(fid);
         if self.flows[fid].cv.queue_full(&self.tins[t].cparams, now) {
             self.stats.tins[t].unresponsive_flows += 1;
         }
@@ -1368,7 +1371,7 @@ impl<P: Packet> Cake<P> {
         let v = &self.slots[victim as usize];
         let (len, foot) = (u64::from(v.len), u64::from(v.footprint));
         self.flows[fid].backlog -= len;
-        self.stats.tins[fid / FLOWS_PER_TIN].backlog_bytes -= len;
+        self.stats.tins[tin_of(fid)].backlog_bytes -= len;
         self.backlog -= len;
         self.buffer_used -= foot;
         self.qlen -= 1;
@@ -1401,7 +1404,8 @@ impl<P: Packet> Cake<P> {
                 // The cursor in a local, stored once: as a field it was stored and the tin
                 // count reloaded on every turn, and the walk turns ~4 times per dequeue
                 // at 1000 bytes.
-                let tin_cnt = self.tin_cnt;
+                // At most MAX_TINS, visibly, so that `turns[t]` needs no bounds check.
+                let tin_cnt = self.tin_cnt.min(MAX_TINS);
                 let mut t = self.cur_tin % MAX_TINS;
                 loop {
                     let turn = &mut self.turns[t];
@@ -1449,7 +1453,7 @@ impl<P: Packet> Cake<P> {
                     return Dequeue::Empty;
                 }
             }
-            let t = self.cur_tin;
+            let t = self.cur_tin % MAX_TINS;
             // Serve this tin.
             'serve: loop {
                 // The heads one by one, never the lists as a whole: list moves store single
@@ -1512,7 +1516,7 @@ impl<P: Packet> Cake<P> {
 
                 // Retrieve a packet via the AQM.
                 loop {
-                    let Some(s) = self.dequeue_one() else {
+                    let Some(s) = self.pop_head(fid) else {
                         self.flow_went_empty(t, fid, which, now);
                         budget -= 1;
                         if budget == 0 {
@@ -1549,7 +1553,8 @@ impl<P: Packet> Cake<P> {
                             });
                     // Never drop the last packet of a flow.
                     if verdict != Verdict::Drop || self.flows[fid].head == NIL {
-                        return self.deliver(t, fid, s, now, sojourn, verdict == Verdict::Marked);
+                        let marked = verdict == Verdict::Marked;
+                        return self.deliver(t, fid, s, (adj, len), now, sojourn, marked);
                     }
                     self.drop_at_dequeue(t, fid, s, adj, len, now);
                     if self.ingress {
@@ -1571,18 +1576,39 @@ impl<P: Packet> Cake<P> {
     /// tin costs. Returns false when the visit budget ran out.
     #[inline(never)]
     fn refill_old_run(&mut self, t: usize, head: usize, budget: &mut u32) -> bool {
+        // One loop per host mode, so that each visit reads only the bulk counts its mode
+        // keeps and the mode flags take no registers (they were spilled and reloaded on
+        // every visit).
+        match (self.dsrc, self.ddst) {
+            (true, true) => self.refill_old_run_in::<true, true>(t, head, budget),
+            (true, false) => self.refill_old_run_in::<true, false>(t, head, budget),
+            (false, true) => self.refill_old_run_in::<false, true>(t, head, budget),
+            (false, false) => self.refill_old_run_in::<false, false>(t, head, budget),
+        }
+    }
+
+    /// [`Cake::refill_old_run`] for the host modes `DSRC` and `DDST`.
+    #[inline(always)]
+    fn refill_old_run_in<const DSRC: bool, const DDST: bool>(
+        &mut self,
+        t: usize,
+        head: usize,
+        budget: &mut u32,
+    ) -> bool {
         // What every visit of the run reads, in locals: as fields they were reloaded after
         // each store into the flow tables (the compiler cannot tell those apart from `self`).
         let flow_quantum = self.tins[t % MAX_TINS].flow_quantum;
-        let (dsrc, ddst) = (self.dsrc, self.ddst);
         let mut rng = self.rng;
+        let mut left = *budget;
         let mut fid = head;
         loop {
-            // Sparse flows sit on the new list, so this never changes anything here; kept so
-            // that the run is exactly the visit loop whatever the state.
-            self.leave_sparse_rotation(t, fid);
+            if self.flows[fid].set == SET_SPARSE {
+                // Sparse flows sit on the new list, so this never runs here; kept so that
+                // the run is exactly the visit loop whatever the state.
+                self.leave_sparse_rotation_cold(t, fid);
+            }
             let dither = (wyrand(&mut rng) >> 48) as u32;
-            let q = scaled_quantum(flow_quantum, self.host_load(fid, dsrc, ddst), dither);
+            let q = scaled_quantum(flow_quantum, self.host_load(fid, DSRC, DDST), dither);
             let f = &mut self.flows[fid];
             f.deficit = f.deficit.saturating_add(q);
             let next = self.links[fid].next;
@@ -1591,8 +1617,9 @@ impl<P: Packet> Cake<P> {
             } else {
                 usize::from(next)
             };
-            *budget -= 1;
-            if *budget == 0 {
+            left -= 1;
+            if left == 0 {
+                *budget = 0;
                 self.rng = rng;
                 self.cur_flow = fid % FLOWS_PER_TIN;
                 self.rotate_old_list(t, head, next);
@@ -1600,11 +1627,19 @@ impl<P: Packet> Cake<P> {
             }
             fid = next;
             if self.flows[fid].deficit > 0 {
+                *budget = left;
                 self.rng = rng;
                 self.rotate_old_list(t, head, fid);
                 return true;
             }
         }
+    }
+
+    /// [`Cake::leave_sparse_rotation`] out of the refill run's loop, where it never runs.
+    #[cold]
+    #[inline(never)]
+    fn leave_sparse_rotation_cold(&mut self, t: usize, fid: usize) {
+        self.leave_sparse_rotation(t, fid);
     }
 
     /// A sparse flow of tin `t` that ran out of deficit: it turns bulk if it still holds
@@ -1751,14 +1786,11 @@ impl<P: Packet> Cake<P> {
         t: usize,
         fid: usize,
         s: u32,
+        (adj, len): (u32, u32),
         now: u64,
         delay: u64,
         marked: bool,
     ) -> Dequeue<P> {
-        let (adj, len) = {
-            let slot = &self.slots[s as usize];
-            (slot.adj_len, slot.len)
-        };
         let st = &mut self.stats.tins[t];
         st.ecn_marked_packets += u64::from(marked);
         st.avg_delay_ns = ewma(st.avg_delay_ns, delay, 8);
@@ -1786,7 +1818,9 @@ impl<P: Packet> Cake<P> {
         self.advance_shaper(t, adj, now, false);
         let a = adj.min(i32::MAX as u32) as i32;
         let f = &mut self.flows[fid];
-        f.deficit = f.deficit.saturating_sub(a);
+        // Cannot overflow: a flow is served only with credit (deficit > 0) and 0 <= a.
+        debug_assert!(f.deficit > 0);
+        f.deficit = f.deficit.wrapping_sub(a);
         let turn = &mut self.turns[t];
         turn.deficit = turn.deficit.saturating_sub(a);
         self.overflow_timeout = self.overflow_timeout.saturating_sub(1);

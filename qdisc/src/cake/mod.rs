@@ -237,6 +237,15 @@ struct Slot<P> {
     enqueue_ns: u64,
 }
 
+/// A packet unlinked from its flow for delivery: its slot and the lengths read from it
+/// (passed on so that the delivery does not read the slot again).
+#[derive(Debug, Clone, Copy)]
+struct Popped {
+    slot: u32,
+    adj: u32,
+    len: u32,
+}
+
 /// Where a packet would go: the answer to `cakewalk explain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Classification {
@@ -1554,7 +1563,8 @@ impl<P: Packet> Cake<P> {
                     // Never drop the last packet of a flow.
                     if verdict != Verdict::Drop || self.flows[fid].head == NIL {
                         let marked = verdict == Verdict::Marked;
-                        return self.deliver(t, fid, s, (adj, len), now, sojourn, marked);
+                        let head = Popped { slot: s, adj, len };
+                        return self.deliver(t, fid, head, now, sojourn, marked);
                     }
                     self.drop_at_dequeue(t, fid, s, adj, len, now);
                     if self.ingress {
@@ -1785,8 +1795,7 @@ impl<P: Packet> Cake<P> {
         &mut self,
         t: usize,
         fid: usize,
-        s: u32,
-        (adj, len): (u32, u32),
+        Popped { slot: s, adj, len }: Popped,
         now: u64,
         delay: u64,
         marked: bool,

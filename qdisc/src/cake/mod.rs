@@ -117,10 +117,11 @@ const NO_LIST: u8 = u8::MAX;
 /// 1024 flows of its tin), so that a mask keeps the index in bounds without a clamp.
 const QUANTUM_DIV_LEN: usize = 2 * FLOWS_PER_TIN;
 
-/// `65535 / n`: the host-fairness divisor table (index 0 unused); loads above 1024 cannot
-/// occur and read 1024's divisor.
+/// `65535 / n`: the host-fairness divisor table. A load of 0 (no bulk flow on either host)
+/// reads 1's divisor, so that no caller clamps the load to at least 1; loads above 1024
+/// cannot occur and read 1024's divisor.
 static QUANTUM_DIV: [u16; QUANTUM_DIV_LEN] = {
-    let mut t = [0u16; QUANTUM_DIV_LEN];
+    let mut t = [65535u16; QUANTUM_DIV_LEN];
     let mut i = 1;
     while i < QUANTUM_DIV_LEN {
         let n = if i > FLOWS_PER_TIN { FLOWS_PER_TIN } else { i };
@@ -920,12 +921,12 @@ impl<P: Packet> Cake<P> {
     }
 
     /// The larger bulk count of flow `fid`'s source and destination hosts, those that
-    /// `dsrc` and `ddst` say count, and at least 1.
+    /// `dsrc` and `ddst` say count (0 when neither counts; [`QUANTUM_DIV`] reads 0 as 1).
     #[inline(always)]
     fn host_load(&self, fid: usize, dsrc: bool, ddst: bool) -> u16 {
         let base = fid - fid % FLOWS_PER_TIN;
         let f = &self.flows[fid];
-        let mut load = 1u16;
+        let mut load = 0u16;
         if dsrc {
             load = load.max(self.src_bulk[base + usize::from(f.srchost)]);
         }
@@ -1605,44 +1606,74 @@ impl<P: Packet> Cake<P> {
         head: usize,
         budget: &mut u32,
     ) -> bool {
+        let t = t % MAX_TINS;
         // What every visit of the run reads, in locals: as fields they were reloaded after
         // each store into the flow tables (the compiler cannot tell those apart from `self`).
-        let flow_quantum = self.tins[t % MAX_TINS].flow_quantum;
+        let flow_quantum = self.tins[t].flow_quantum;
         let mut rng = self.rng;
         let mut left = *budget;
         let mut fid = head;
-        loop {
-            if self.flows[fid].set == SET_SPARSE {
+        let end = loop {
+            // The visits over the tables alone (split borrows), so that no field of `self`
+            // is reloaded per visit; a sparse flow leaves the loop to be handled through
+            // `self`, then the loop resumes at the same visit.
+            let Cake {
+                flows,
+                links,
+                src_bulk,
+                dst_bulk,
+                ..
+            } = &mut *self;
+            let (src_bulk, dst_bulk) = (src_bulk.tin(t), dst_bulk.tin(t));
+            let end = loop {
+                let f = &mut flows[fid];
+                if f.set == SET_SPARSE {
+                    break None;
+                }
+                let mut load = 0u16;
+                if DSRC {
+                    load = load.max(src_bulk[usize::from(f.srchost) % FLOWS_PER_TIN]);
+                }
+                if DDST {
+                    load = load.max(dst_bulk[usize::from(f.dsthost) % FLOWS_PER_TIN]);
+                }
+                let dither = (wyrand(&mut rng) >> 48) as u32;
+                // Cannot overflow: a run visits only flows without credit (deficit <= 0),
+                // and a quantum is below 2^16.
+                debug_assert!(f.deficit <= 0);
+                f.deficit = f
+                    .deficit
+                    .wrapping_add(scaled_quantum(flow_quantum, load, dither));
+                let next = links[fid].next;
+                let next = if next == NIL16 {
+                    head
+                } else {
+                    usize::from(next)
+                };
+                left -= 1;
+                if left == 0 {
+                    break Some((false, next));
+                }
+                fid = next;
+                if flows[fid].deficit > 0 {
+                    break Some((true, fid));
+                }
+            };
+            match end {
+                Some(end) => break end,
                 // Sparse flows sit on the new list, so this never runs here; kept so that
                 // the run is exactly the visit loop whatever the state.
-                self.leave_sparse_rotation_cold(t, fid);
+                None => self.leave_sparse_rotation_cold(t, fid),
             }
-            let dither = (wyrand(&mut rng) >> 48) as u32;
-            let q = scaled_quantum(flow_quantum, self.host_load(fid, DSRC, DDST), dither);
-            let f = &mut self.flows[fid];
-            f.deficit = f.deficit.saturating_add(q);
-            let next = self.links[fid].next;
-            let next = if next == NIL16 {
-                head
-            } else {
-                usize::from(next)
-            };
-            left -= 1;
-            if left == 0 {
-                *budget = 0;
-                self.rng = rng;
-                self.cur_flow = fid % FLOWS_PER_TIN;
-                self.rotate_old_list(t, head, next);
-                return false;
-            }
-            fid = next;
-            if self.flows[fid].deficit > 0 {
-                *budget = left;
-                self.rng = rng;
-                self.rotate_old_list(t, head, fid);
-                return true;
-            }
+        };
+        let (credit, new_head) = end;
+        *budget = left;
+        self.rng = rng;
+        if !credit {
+            self.cur_flow = fid % FLOWS_PER_TIN;
         }
+        self.rotate_old_list(t, head, new_head);
+        credit
     }
 
     /// [`Cake::leave_sparse_rotation`] out of the refill run's loop, where it never runs.

@@ -28,6 +28,17 @@ impl<T: Clone> FlowTable<T> {
 }
 
 impl<T> FlowTable<T> {
+    /// The entries of tin `t` (`t < MAX_TINS`), as an array so that an index reduced modulo
+    /// `FLOWS_PER_TIN` needs no bounds check.
+    #[inline(always)]
+    pub(super) fn tin(&self, t: usize) -> &[T; FLOWS_PER_TIN] {
+        let start = t * FLOWS_PER_TIN;
+        match self.0[start..start + FLOWS_PER_TIN].try_into() {
+            Ok(a) => a,
+            Err(_) => unreachable!("the range has FLOWS_PER_TIN entries"),
+        }
+    }
+
     /// The entries of tin `t`.
     pub(super) fn tin_mut(&mut self, t: usize) -> &mut [T] {
         &mut self.0[t * FLOWS_PER_TIN..(t + 1) * FLOWS_PER_TIN]

@@ -685,7 +685,7 @@ impl<P: Packet> Cake<P> {
     }
 
     /// The flow hash under the current mode, and whether `l4_hash` was reused.
-    #[inline]
+    #[inline(always)]
     fn hash_of(&self, meta: &PacketMeta) -> (u32, bool) {
         let mode = self.config.flow_mode as u8;
         let seed = self.config.seed;

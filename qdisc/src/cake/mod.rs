@@ -548,7 +548,7 @@ impl<P: Packet> Cake<P> {
     fn purge_tin(&mut self, t: usize) {
         let base = t * FLOWS_PER_TIN;
         for fid in base..base + FLOWS_PER_TIN {
-            while let Some(s) = self.pop_head(fid) {
+            while let Some(s) = self.pop_head(t, fid) {
                 let len = self.slots[s as usize].len;
                 self.release_slot(s);
                 self.stats.count_drop(DropReason::Overflow, u64::from(len));
@@ -1035,7 +1035,8 @@ impl<P: Packet> Cake<P> {
     /// Unlinks the head packet of flow `fid` and updates every backlog counter. The slot
     /// still holds the packet.
     #[inline(always)]
-    fn pop_head(&mut self, fid: usize) -> Option<u32> {
+    fn pop_head(&mut self, t: usize, fid: usize) -> Option<u32> {
+        debug_assert_eq!(t, tin_of(fid));
         let s = self.flows[fid].head;
         if s == NIL {
             return None;
@@ -1048,7 +1049,7 @@ impl<P: Packet> Cake<P> {
             f.tail = NIL;
         }
         f.backlog -= u64::from(len);
-        self.stats.tins[tin_of(fid)].backlog_bytes -= u64::from(len);
+        self.stats.tins[t].backlog_bytes -= u64::from(len);
         self.backlog -= u64::from(len);
         self.buffer_used -= u64::from(foot);
         self.qlen -= 1;
@@ -1125,11 +1126,11 @@ impl<P: Packet> Cake<P> {
         }
         self.overflow_timeout = OVERFLOW_TIMEOUT;
         let fid = self.heap.root();
-        let Some(s) = self.pop_head(fid) else {
+        let t = tin_of(fid);
+        let Some(s) = self.pop_head(t, fid) else {
             self.overflow_timeout = 0;
             return None;
         };
-        let t = tin_of(fid);
         if self.flows[fid].cv.queue_full(&self.tins[t].cparams, now) {
             self.stats.tins[t].unresponsive_flows += 1;
         }
@@ -1506,9 +1507,10 @@ impl<P: Packet> Cake<P> {
 
                 if self.flows[fid].deficit <= 0 {
                     if which == OLD {
-                        if !self.refill_old_run(t, fid, &mut budget) {
+                        let Some(left) = self.refill_old_run(t, fid, budget) else {
                             return Dequeue::Empty;
-                        }
+                        };
+                        budget = left;
                         continue;
                     }
                     self.leave_sparse_rotation(t, fid);
@@ -1526,7 +1528,7 @@ impl<P: Packet> Cake<P> {
 
                 // Retrieve a packet via the AQM.
                 loop {
-                    let Some(s) = self.pop_head(fid) else {
+                    let Some(s) = self.pop_head(t, fid) else {
                         self.flow_went_empty(t, fid, which, now);
                         budget -= 1;
                         if budget == 0 {
@@ -1584,9 +1586,9 @@ impl<P: Packet> Cake<P> {
     /// so the run walks the list as a ring and rotates it once at the end, instead of
     /// rereading the list heads and relinking every visited flow. With host fairness a
     /// 1000-byte packet takes several refills per flow, so this loop is most of what a bulk
-    /// tin costs. Returns false when the visit budget ran out.
+    /// tin costs. Returns the visit budget left, or `None` when it ran out.
     #[inline(never)]
-    fn refill_old_run(&mut self, t: usize, head: usize, budget: &mut u32) -> bool {
+    fn refill_old_run(&mut self, t: usize, head: usize, budget: u32) -> Option<u32> {
         // One loop per host mode, so that each visit reads only the bulk counts its mode
         // keeps and the mode flags take no registers (they were spilled and reloaded on
         // every visit).
@@ -1604,14 +1606,14 @@ impl<P: Packet> Cake<P> {
         &mut self,
         t: usize,
         head: usize,
-        budget: &mut u32,
-    ) -> bool {
+        budget: u32,
+    ) -> Option<u32> {
         let t = t % MAX_TINS;
         // What every visit of the run reads, in locals: as fields they were reloaded after
         // each store into the flow tables (the compiler cannot tell those apart from `self`).
         let flow_quantum = self.tins[t].flow_quantum;
         let mut rng = self.rng;
-        let mut left = *budget;
+        let mut left = budget;
         let mut fid = head;
         let end = loop {
             // The visits over the tables alone (split borrows), so that no field of `self`
@@ -1667,13 +1669,12 @@ impl<P: Packet> Cake<P> {
             }
         };
         let (credit, new_head) = end;
-        *budget = left;
         self.rng = rng;
         if !credit {
             self.cur_flow = fid % FLOWS_PER_TIN;
         }
         self.rotate_old_list(t, head, new_head);
-        credit
+        credit.then_some(left)
     }
 
     /// [`Cake::leave_sparse_rotation`] out of the refill run's loop, where it never runs.

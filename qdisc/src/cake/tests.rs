@@ -883,17 +883,16 @@ fn a_run_of_refills_matches_refilling_one_flow_at_a_time() {
         let budget = 1 + (wyrand(&mut seed) % 200) as u32;
         let mut b = a.clone();
         let refills = naive_refills(&mut a, 0, budget);
-        let mut left = budget;
-        let finished = b.refill_old_run(0, old[0], &mut left);
-        assert_eq!(finished, refills < budget, "budget {budget}");
-        assert_eq!(budget - left, refills);
+        let left = b.refill_old_run(0, old[0], budget);
+        assert_eq!(left.is_some(), refills < budget, "budget {budget}");
+        assert_eq!(budget - left.unwrap_or(0), refills);
         assert_eq!(old_list(&a, 0), old_list(&b, 0));
         let deficits = |c: &Cake<TestPacket>| -> Vec<i32> {
             old.iter().map(|&f| c.flows[f].deficit).collect()
         };
         assert_eq!(deficits(&a), deficits(&b));
         assert_eq!(a.rng, b.rng);
-        if !finished {
+        if left.is_none() {
             assert_eq!(a.cur_flow, b.cur_flow);
         }
         b.check_invariants().unwrap();

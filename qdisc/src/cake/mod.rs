@@ -63,7 +63,9 @@ pub mod shaper;
 mod stats;
 mod table;
 
-use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
+use crate::{
+    BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate, TcpAckInfo,
+};
 
 pub use config::{
     AckFilterMode, AtmMode, CakeConfig, ConfigError, DiffservMode, FlowMode, LinkPreset, RttPreset,
@@ -1254,34 +1256,11 @@ impl<P: Packet> Cake<P> {
         self.backlog += u64::from(len);
         self.stats.tins[t].backlog_bytes += u64::from(len);
 
-        let mut result = Enqueued::default();
-        if self.ack_mode != AckFilterMode::Off {
-            if let Some(e) = self.ack.get_mut(s as usize) {
-                *e = AckEntry {
-                    keys: meta.keys,
-                    info: ack_info,
-                };
-            }
-            if let Some(victim) = self.ack_filter(fid, s) {
-                let (vlen, vadj) = {
-                    let v = &self.slots[victim as usize];
-                    (v.len, v.adj_len)
-                };
-                self.release_slot(victim);
-                let st = &mut self.stats.tins[t];
-                st.acks_dropped_packets += 1;
-                st.dropped_packets += 1;
-                self.stats
-                    .count_drop(DropReason::AckFilter, u64::from(vlen));
-                if self.ingress {
-                    self.advance_shaper(t, vadj, now, true);
-                }
-                result.dropped_packets += 1;
-                result.dropped_bytes += u64::from(vlen);
-                result.reason = Some(DropReason::AckFilter);
-                result.ack_filtered += 1;
-            }
-        }
+        let mut result = if self.ack_mode != AckFilterMode::Off {
+            self.enqueue_ack_filter(t, fid, s, meta, ack_info, now)
+        } else {
+            Enqueued::default()
+        };
 
         if self.overflow_timeout != 0 {
             self.heap_flow_grew(fid);
@@ -1325,6 +1304,61 @@ impl<P: Packet> Cake<P> {
         if self.buffer_used > self.stats.memory_used {
             self.stats.memory_used = self.buffer_used;
         }
+        if self.buffer_used > self.buffer_limit || self.qlen > self.config.packet_limit {
+            self.drop_overflow(now, &mut result);
+        }
+        self.stats.memory_current = self.buffer_used;
+        result
+    }
+
+    /// The ACK filter's part of an enqueue (packet in slot `s` of flow `fid` in tin `t`):
+    /// records the packet's keys and drops the ACK it makes redundant, if any. Out of line,
+    /// like [`Cake::drop_overflow`], so that the enqueue's result stays in registers.
+    #[inline(never)]
+    fn enqueue_ack_filter(
+        &mut self,
+        t: usize,
+        fid: usize,
+        s: u32,
+        meta: &PacketMeta,
+        info: Option<TcpAckInfo>,
+        now: u64,
+    ) -> Enqueued {
+        let mut result = Enqueued::default();
+        if let Some(e) = self.ack.get_mut(s as usize) {
+            *e = AckEntry {
+                keys: meta.keys,
+                info,
+            };
+        }
+        if let Some(victim) = self.ack_filter(fid, s) {
+            let (vlen, vadj) = {
+                let v = &self.slots[victim as usize];
+                (v.len, v.adj_len)
+            };
+            self.release_slot(victim);
+            let st = &mut self.stats.tins[t];
+            st.acks_dropped_packets += 1;
+            st.dropped_packets += 1;
+            self.stats
+                .count_drop(DropReason::AckFilter, u64::from(vlen));
+            if self.ingress {
+                self.advance_shaper(t, vadj, now, true);
+            }
+            result.dropped_packets += 1;
+            result.dropped_bytes += u64::from(vlen);
+            result.reason = Some(DropReason::AckFilter);
+            result.ack_filtered += 1;
+        }
+        result
+    }
+
+    /// Drops from the fattest flows until the queue is within its byte and packet limits
+    /// (sch_cake.c's overflow loop), adding the drops to `result`. Out of line: it runs only
+    /// over the limits.
+    #[cold]
+    #[inline(never)]
+    fn drop_overflow(&mut self, now: u64, result: &mut Enqueued) {
         let limit = self.config.packet_limit;
         let mut stale = 0;
         while self.buffer_used > self.buffer_limit || self.qlen > limit {
@@ -1342,8 +1376,6 @@ impl<P: Packet> Cake<P> {
                 }
             }
         }
-        self.stats.memory_current = self.buffer_used;
-        result
     }
 
     /// Runs the ACK filter for the packet just appended in slot `trigger` of flow `fid`;

@@ -101,6 +101,15 @@ impl DropReason {
     }
 }
 
+/// Marks the branch that calls it as rarely taken, so that LLVM lays out the other side as
+/// the straight-line path. On the packet path every taken branch redirects instruction
+/// fetch, and those redirects, more than the instruction count, set the pace of the goal
+/// benchmark (BENCHMARKS.md, "Taken branches"). An empty out-of-line `#[cold]` function:
+/// the polyfill of `core::hint::cold_path` for the crate's minimum Rust version.
+#[cold]
+#[inline(never)]
+pub(crate) fn cold_path() {}
+
 /// The result of [`Qdisc::enqueue`]. Drops caused by the enqueue (of this packet or of
 /// another one, such as the head of the fattest flow) are reported so the caller can keep
 /// conservation exact: `in = out + dropped + queued`.

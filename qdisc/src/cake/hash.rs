@@ -3,7 +3,7 @@
 //! not SipHash: it costs about as much as jhash and is meant for spreading flows over
 //! buckets, not for resisting an attacker who can observe bucket placement.
 
-use crate::{FlowKeys, L3Kind};
+use crate::{cold_path, FlowKeys, L3Kind};
 
 const K0: u64 = 0xa076_1d64_78bd_642f;
 const K1: u64 = 0xe703_7ed1_a0b4_28db;
@@ -36,6 +36,7 @@ fn words(addr: &[u8; 16]) -> (u64, u64) {
 #[inline]
 pub fn flow_hash(keys: &FlowKeys, seed: u64) -> u32 {
     if keys.l3 == L3Kind::NonIp {
+        cold_path();
         return 0;
     }
     let label = if keys.l3 == L3Kind::Ipv6 {

@@ -64,7 +64,8 @@ mod stats;
 mod table;
 
 use crate::{
-    BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate, TcpAckInfo,
+    cold_path, BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate,
+    TcpAckInfo,
 };
 
 pub use config::{
@@ -652,6 +653,7 @@ impl<P: Packet> Cake<P> {
     #[inline]
     fn clamp_now(&mut self, now: u64) -> u64 {
         if now < self.last_now {
+            cold_path();
             self.stats.clock_clamps += 1;
             self.last_now
         } else {
@@ -1302,6 +1304,7 @@ impl<P: Packet> Cake<P> {
         }
 
         if self.buffer_used > self.stats.memory_used {
+            cold_path();
             self.stats.memory_used = self.buffer_used;
         }
         if self.buffer_used > self.buffer_limit || self.qlen > self.config.packet_limit {

@@ -9,7 +9,7 @@
 
 use hdrhistogram::Histogram;
 
-use crate::DropReason;
+use crate::{cold_path, DropReason};
 
 /// One delivered packet in this many is recorded in the per-tin delay histogram.
 pub const DELAY_SAMPLE_EVERY: u32 = 16;
@@ -229,21 +229,26 @@ impl CakeStats {
         // Compare before storing: on a steady packet mix none of these change, and the
         // packet path then writes nothing here.
         if netlen < self.min_netlen {
+            cold_path();
             self.min_netlen = netlen;
         }
         if netlen > self.max_netlen {
+            cold_path();
             self.max_netlen = netlen;
         }
         if adjlen < self.min_adjlen {
+            cold_path();
             self.min_adjlen = adjlen;
         }
         if adjlen > self.max_adjlen {
+            cold_path();
             self.max_adjlen = adjlen;
         }
         // EWMA with shift 8 in 16.16 fixed point, as the kernel keeps avg_netoff. At its
         // fixed point (the average equals the sample) the EWMA returns its input.
         let sample = u64::from(l2_len.min(0xffff)) << 16;
         if u64::from(self.avg_netoff_fp) != sample {
+            cold_path();
             self.avg_netoff_fp = ewma(u64::from(self.avg_netoff_fp), sample, 8) as u32;
             self.avg_netoff = self.avg_netoff_fp >> 16;
         }

@@ -673,6 +673,8 @@ impl<P: Packet> Cake<P> {
         // No shortcut for one tin: besteffort's tables map everything to tin 0 anyway.
         let mask = self.config.fwmark_mask;
         if mask != 0 {
+            // The fwmark override is the rare configuration; keep the DSCP path straight.
+            cold_path();
             let mark = (meta.mark & mask) >> mask.trailing_zeros();
             if mark >= 1 && (mark as usize) <= self.tin_cnt {
                 return self.tin_order[mark as usize - 1] % MAX_TINS;
@@ -701,6 +703,8 @@ impl<P: Packet> Cake<P> {
             }
             return (flow_hash(&meta.keys, seed), false);
         }
+        // Host-only modes (and flowblind) are the rare configurations.
+        cold_path();
         let mut h = 0;
         if mode & 1 != 0 {
             h ^= host_hash(&meta.keys, seed, false);
@@ -1259,6 +1263,7 @@ impl<P: Packet> Cake<P> {
         self.stats.tins[t].backlog_bytes += u64::from(len);
 
         let mut result = if self.ack_mode != AckFilterMode::Off {
+            cold_path();
             self.enqueue_ack_filter(t, fid, s, meta, ack_info, now)
         } else {
             Enqueued::default()
@@ -1272,6 +1277,7 @@ impl<P: Packet> Cake<P> {
             }
         }
         if self.config.autorate_ingress {
+            cold_path();
             // Only the estimator reads the window's bytes; without it they stay 0.
             self.autorate.avg_window_bytes = self
                 .autorate

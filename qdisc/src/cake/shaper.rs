@@ -8,6 +8,7 @@
 //! the configured one to within rounding of one nanosecond per rate change.
 
 use super::config::AtmMode;
+use crate::cold_path;
 
 /// A rate as `ns_per_byte = ns >> shft` (the kernel's `rate_ns`/`rate_shft`). `ns == 0`
 /// means unlimited.
@@ -109,19 +110,21 @@ impl Overhead {
     /// framing still apply, as in the kernel.
     #[inline]
     pub fn adjust(&self, len: u32, l2_len: u32) -> (u32, u32) {
-        let mut l = i64::from(len);
-        if self.compensate {
-            l -= i64::from(l2_len.min(len));
-        }
+        // Compensation by mask, not branches: both settings are common, and on the packet
+        // path a taken branch costs more than the two `and`s.
+        let compensate = -i64::from(self.compensate);
+        let mut l = i64::from(len) - (i64::from(l2_len.min(len)) & compensate);
         let netlen = l as u32;
-        if self.compensate {
-            l += i64::from(self.overhead);
-        }
+        l += i64::from(self.overhead) & compensate;
         let mut l = l.max(i64::from(self.mpu)).max(0) as u64;
-        match self.atm {
-            AtmMode::None => {}
-            AtmMode::Atm => l = l.div_ceil(48) * 53,
-            AtmMode::Ptm => l += l.div_ceil(64),
+        if self.atm != AtmMode::None {
+            // DSL framing: links slow enough that a call per packet does not matter.
+            cold_path();
+            l = match self.atm {
+                AtmMode::None => l,
+                AtmMode::Atm => l.div_ceil(48) * 53,
+                AtmMode::Ptm => l + l.div_ceil(64),
+            };
         }
         (l.min(u64::from(u32::MAX)) as u32, netlen)
     }

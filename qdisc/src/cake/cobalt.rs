@@ -139,6 +139,14 @@ impl CobaltVars {
                     .saturating_mul(2)
                     .saturating_mul(u64::from(bulk))
             && sojourn_ns > p.mtu_time_ns.saturating_mul(4);
+        if !over && self.count == 0 && self.p_drop == 0 {
+            // Below target with no CoDel or BLUE state, the common case: what the general
+            // path below does then, laid out as one straight path (its branches were all
+            // taken jumps here).
+            self.dropping = false;
+            self.drop_next = now.saturating_add(p.interval_ns);
+            return Verdict::Pass;
+        }
         let mut due = self.count > 0 && now >= self.drop_next;
         if over {
             if !self.dropping {
@@ -202,6 +210,11 @@ impl CobaltVars {
     /// The flow was found empty: decay BLUE and CoDel state. Returns true when BLUE just
     /// became inactive.
     pub fn queue_empty(&mut self, p: &CobaltParams, now: u64) -> bool {
+        if self.p_drop == 0 && self.count == 0 {
+            // No BLUE or CoDel state to decay, the common case, straight.
+            self.dropping = false;
+            return false;
+        }
         let mut down = false;
         if self.p_drop != 0 && now.saturating_sub(self.blue_timer) > p.target_ns {
             self.p_drop = self.p_drop.saturating_sub(p.p_dec);

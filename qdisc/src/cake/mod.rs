@@ -1506,6 +1506,23 @@ impl<P: Packet> Cake<P> {
                 }
             }
             let t = self.cur_tin % MAX_TINS;
+            // The first visit of a dequeue goes to the decaying list's head (sch_cake.c's
+            // `first_flow`). Beyond Linux: when that head is empty, has credit and its COBALT
+            // state cannot change before `drop_next`, visiting it would only rotate it to the
+            // tail; leaving it at the head keeps the list in expiry order and saves a flow
+            // visit per dequeue. Decided here, once, so that the visits below run straight
+            // (the idle head is the common case, a visit to it the rare one).
+            let mut visit_decay_head = false;
+            if first_flow {
+                let decay_head = self.tins[t].lists[usize::from(DECAY)].head;
+                if decay_head != NIL16 {
+                    first_flow = false;
+                    if !self.decay_visit_is_idle(usize::from(decay_head), now) {
+                        cold_path();
+                        visit_decay_head = true;
+                    }
+                }
+            }
             // Serve this tin.
             'serve: loop {
                 // The heads one by one, never the lists as a whole: list moves store single
@@ -1517,8 +1534,9 @@ impl<P: Packet> Cake<P> {
                     lists[usize::from(OLD)].head,
                     lists[usize::from(DECAY)].head,
                 );
-                let decay_first = first_flow && decay_head != NIL16;
-                let (which, head) = if decay_first {
+                let (which, head) = if visit_decay_head {
+                    cold_path();
+                    visit_decay_head = false;
                     (DECAY, decay_head)
                 } else if new_head != NIL16 {
                     (NEW, new_head)
@@ -1536,14 +1554,6 @@ impl<P: Packet> Cake<P> {
                 };
                 let fid = usize::from(head);
                 first_flow = false;
-                // Only the first visit may skip, so this cannot repeat.
-                if decay_first && self.decay_visit_is_idle(fid, now) {
-                    // Beyond Linux: the decaying head is empty, has credit and its COBALT
-                    // state cannot change before `drop_next`, so visiting it would only
-                    // rotate it to the tail. Leaving it at the head keeps the list in
-                    // expiry order and saves a flow visit per dequeue.
-                    continue;
-                }
                 self.cur_flow = fid % FLOWS_PER_TIN;
 
                 if self.flows[fid].deficit <= 0 {

@@ -86,6 +86,7 @@ fn unshaped_synth_run_delivers_every_packet_with_conservation() {
     assert_eq!(synth["reordered"], 0);
     assert_eq!(synth["duplicates"], 0);
     assert_eq!(last["conservation"]["ok"], true);
+    assert_eq!(last["conservation"]["unaccounted"], 0);
 }
 
 #[test]
@@ -498,6 +499,10 @@ fn prometheus_endpoint_serves_cakewalk_metrics_on_loopback() {
         "{body}"
     );
     assert!(body.contains("cakewalk_conservation_ok 1"), "{body}");
+    assert!(
+        body.contains("cakewalk_conservation_unaccounted_packets "),
+        "{body}"
+    );
 }
 
 #[test]

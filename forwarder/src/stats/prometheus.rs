@@ -129,6 +129,11 @@ pub fn render(r: &Report) -> String {
     }
     let c = &r.conservation;
     let _ = writeln!(o2, "cakewalk_conservation_ok {}", u8::from(c.ok));
+    let _ = writeln!(
+        o2,
+        "cakewalk_conservation_unaccounted_packets {}",
+        c.unaccounted
+    );
     o2
 }
 

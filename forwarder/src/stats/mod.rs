@@ -602,14 +602,7 @@ mod tests {
             drops,
             synth: Vec::new(),
             backend: Vec::new(),
-            conservation: Conservation {
-                received: 10,
-                transmitted,
-                dropped: 3,
-                queued: 0,
-                unaccounted: 10 - 3 - transmitted as i64,
-                ok: 10 == transmitted + 3,
-            },
+            conservation: Conservation::check(10, transmitted, 3, 0, final_report),
         }
     }
 

@@ -353,6 +353,25 @@ fn div_quantum(x: u32, q: u32) -> u32 {
     }
 }
 
+/// [`Cake::host_load`] over one tin's bulk counts `(source, destination)`: the larger count
+/// of `f`'s hosts that `dsrc` and `ddst` say count, 0 when neither does.
+#[inline(always)]
+fn host_load_in(
+    f: &Flow,
+    (src_bulk, dst_bulk): (&[u16; FLOWS_PER_TIN], &[u16; FLOWS_PER_TIN]),
+    dsrc: bool,
+    ddst: bool,
+) -> u16 {
+    let mut load = 0u16;
+    if dsrc {
+        load = load.max(src_bulk[usize::from(f.srchost) % FLOWS_PER_TIN]);
+    }
+    if ddst {
+        load = load.max(dst_bulk[usize::from(f.dsthost) % FLOWS_PER_TIN]);
+    }
+    load
+}
+
 /// The tin of global flow id `fid`, reduced modulo `MAX_TINS` (a no-op for a valid id) so
 /// that per-tin arrays index it without a bounds check.
 #[inline(always)]
@@ -932,16 +951,9 @@ impl<P: Packet> Cake<P> {
     /// `dsrc` and `ddst` say count (0 when neither counts; [`QUANTUM_DIV`] reads 0 as 1).
     #[inline(always)]
     fn host_load(&self, fid: usize, dsrc: bool, ddst: bool) -> u16 {
-        let base = fid - fid % FLOWS_PER_TIN;
-        let f = &self.flows[fid];
-        let mut load = 0u16;
-        if dsrc {
-            load = load.max(self.src_bulk[base + usize::from(f.srchost)]);
-        }
-        if ddst {
-            load = load.max(self.dst_bulk[base + usize::from(f.dsthost)]);
-        }
-        load
+        let t = tin_of(fid);
+        let bulk = (self.src_bulk.tin(t), self.dst_bulk.tin(t));
+        host_load_in(&self.flows[fid], bulk, dsrc, ddst)
     }
 
     // ---- intrusive lists -------------------------------------------------------------
@@ -1683,13 +1695,7 @@ impl<P: Packet> Cake<P> {
                 if f.set == SET_SPARSE {
                     break None;
                 }
-                let mut load = 0u16;
-                if DSRC {
-                    load = load.max(src_bulk[usize::from(f.srchost) % FLOWS_PER_TIN]);
-                }
-                if DDST {
-                    load = load.max(dst_bulk[usize::from(f.dsthost) % FLOWS_PER_TIN]);
-                }
+                let load = host_load_in(f, (src_bulk, dst_bulk), DSRC, DDST);
                 let dither = (wyrand(&mut rng) >> 48) as u32;
                 // Cannot overflow: a run visits only flows without credit (deficit <= 0),
                 // and a quantum is below 2^16.

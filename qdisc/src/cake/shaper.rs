@@ -117,14 +117,18 @@ impl Overhead {
         let netlen = l as u32;
         l += i64::from(self.overhead) & compensate;
         let mut l = l.max(i64::from(self.mpu)).max(0) as u64;
-        if self.atm != AtmMode::None {
-            // DSL framing: links slow enough that a call per packet does not matter.
-            cold_path();
-            l = match self.atm {
-                AtmMode::None => l,
-                AtmMode::Atm => l.div_ceil(48) * 53,
-                AtmMode::Ptm => l + l.div_ceil(64),
-            };
+        // DSL framing is the cold side: links slow enough that a call per packet does not
+        // matter.
+        match self.atm {
+            AtmMode::None => {}
+            AtmMode::Atm => {
+                cold_path();
+                l = l.div_ceil(48) * 53;
+            }
+            AtmMode::Ptm => {
+                cold_path();
+                l += l.div_ceil(64);
+            }
         }
         (l.min(u64::from(u32::MAX)) as u32, netlen)
     }

@@ -2,7 +2,7 @@
 //! CAKE sees the whole flow and nothing is reordered), and flows should spread evenly.
 //!
 //! The queue comes from the flow hash: the NIC's L4 RSS hash when it is valid and no rewrite
-//! changed the keys (seed 002), otherwise a cheap keyed, direction-symmetric hash of the
+//! changed the keys, otherwise a cheap keyed, direction-symmetric hash of the
 //! 5-tuple. The *high* bits pick the queue (`(hash × n) >> 32`) because CAKE indexes its
 //! flow table with the low ones; non-IP packets (flow 0) go to queue 0.
 
@@ -39,7 +39,7 @@ pub fn tx_queue_for(meta: &PacketMeta, n_queues: usize) -> usize {
 /// Picks the TX queue as [`tx_queue_for`] does and, when the packet brought no precomputed
 /// hash, keeps the software hash computed for the choice in `meta.l4_hash`. CAKE then reuses
 /// it as its flow hash instead of hashing the keys a second time, as Linux's CAKE reuses the
-/// `skb->hash` that the stack computed for RPS (seed 002). With one queue nothing is hashed.
+/// `skb->hash` that the stack computed for RPS. With one queue nothing is hashed.
 #[inline]
 pub fn assign_tx_queue(meta: &mut PacketMeta, n_queues: usize) -> usize {
     if n_queues <= 1 {

@@ -467,7 +467,7 @@ fn ecn_body() {
         f
     });
     assert!(!not_ect.set_ce(), "a Not-ECT packet is left alone");
-    // The RSS hash is reported only while the NIC flag says it is valid (seed 002).
+    // The RSS hash is reported only while the NIC flag says it is valid.
     assert_eq!(m.rss_hash(), None);
     m.set_rss(Some(0xdead_beef));
     assert_eq!(m.rss_hash(), Some(0xdead_beef));

@@ -18,7 +18,7 @@ fn the_deploy_example_config_loads_with_its_documented_values() {
     let c = Config::load(Some(&path), &Overrides::default())
         .unwrap_or_else(|e| panic!("deploy/cakewalk.toml: {e}"));
     assert_eq!(c.shaper.cake.rate.bits_per_sec(), 45_000_000);
-    // docsis = 18 bytes of overhead, mpu 64 (cake-spec.md, tc keywords).
+    // docsis = 18 bytes of overhead, mpu 64 (tc-cake(8) keywords).
     assert_eq!(c.shaper.cake.overhead, 18);
     assert_eq!(c.shaper.cake.mpu, 64);
     assert!(!c.shaper.cake.raw);

@@ -205,7 +205,7 @@ fn benches(c: &mut Criterion) {
             }
         }
         if flows == 1024 {
-            // The NIC's RSS hash reused as the flow hash (seed 002).
+            // The NIC's RSS hash reused as the flow hash.
             let rss: Vec<PacketMeta> = ds
                 .iter()
                 .map(|m| PacketMeta {

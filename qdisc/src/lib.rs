@@ -13,7 +13,7 @@
 //! * [`Qdisc::enqueue`] and [`Qdisc::dequeue`] may interleave freely on one thread. Sharing an
 //!   instance between threads is the job of [`mq::TxQueue`].
 //! * A rate-only change ([`Qdisc::set_rate`]) is a pure parameter write: it never purges
-//!   queues, moves the dequeue cursors or walks the flow tables (seed 000).
+//!   queues, moves the dequeue cursors or walks the flow tables (docs/design.md, "cake_mq").
 
 pub mod cake;
 pub mod fifo;

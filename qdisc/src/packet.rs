@@ -73,20 +73,20 @@ pub struct PacketMeta {
     /// The two ECN bits of the IP header (0 = not ECT).
     pub ecn: u8,
     /// A precomputed L4 hash (a NIC's RSS hash over the 4-tuple), reused as the flow hash when
-    /// valid and the keys were not rewritten (seed 002).
+    /// valid and the keys were not rewritten, as sch_cake.c's `cake_hash` reuses `skb->hash`.
     pub l4_hash: Option<u32>,
     /// True when a rewrite (NAT) changed the keys after `l4_hash` was computed.
     pub keys_rewritten: bool,
     /// Firewall-mark-style tin override, masked by the config's fwmark mask.
     pub mark: u32,
     /// Bytes of link-layer header before the network header (14 for untagged Ethernet),
-    /// subtracted when an overhead is configured (cake-spec.md §5 Overhead).
+    /// subtracted when an overhead is configured (sch_cake.c `cake_overhead`).
     pub l2_len: u16,
     /// Segments in a GSO super-frame (0 or 1 for an ordinary packet).
     pub gso_segs: u16,
 }
 
-/// What the ACK filter needs to know about a TCP segment (cake-spec.md §5 ack-filter).
+/// What the ACK filter needs to know about a TCP segment (sch_cake.c `cake_ack_filter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TcpAckInfo {
     /// The TCP flags byte (FIN=0x01 SYN=0x02 RST=0x04 PSH=0x08 ACK=0x10 URG=0x20 ECE=0x40 CWR=0x80).

@@ -522,8 +522,8 @@ fn a_global_rate_change_reaches_every_queue_at_its_next_run() {
 
 mod cake_sync {
     //! The sync only ever calls `set_rate`: with CAKE, a queue whose share flips at every run
-    //! dequeues in exactly the order of a CAKE that never saw a sync (seed 000: Linux's
-    //! `15c2715a` purged tins and moved the cursors here).
+    //! dequeues in exactly the order of a CAKE that never saw a sync (before Linux fixed
+    //! cake_mq, `15c2715a` purged tins and moved the cursors here).
 
     use qdisc::cake::{Cake, CakeConfig, DiffservMode};
     use qdisc::mq::{MultiQueue, NextRun, RunResult, SyncConfig, SyncPolicy, TxQueueOptions};

@@ -1,6 +1,6 @@
 //! Shaping accuracy: how close the rate that leaves a shaper is to the rate it was configured
 //! with, for kernel HTB, kernel TBF and cakewalk's CAKE (AF_PACKET), on the same veth lab in
-//! the same run (perf-anchors.md G9).
+//! the same run (goal G9 of docs/design.md).
 //!
 //! Lab: `a (198.18.0.1) — ra [r] rb — b (198.18.0.2)`. In `r` either a kernel bridge with
 //! the kernel qdisc on `rb`'s egress, or cakewalk moving frames between `ra` and `rb` at layer 2.

@@ -1,6 +1,6 @@
 //! `dpdk_fwd`: single-core forwarding throughput on DPDK virtual devices, as ratios to a
-//! bare rx->tx loop measured in the same process on the same port bindings (perf-anchors.md
-//! "Baseline B", goals G1, G2, G4, G5).
+//! bare rx->tx loop measured in the same process on the same port bindings (docs/design.md,
+//! "Performance goals": G1, G2, G4, G5).
 //!
 //! Frames: 60-byte IPv4/UDP frames (64 bytes on the wire with the FCS) over `--flows` flows,
 //! written to a pcap file and replayed forever by `net_pcap,rx_pcap=FILE,infinite_rx=1`;
@@ -26,7 +26,7 @@
 //! Every row but `bare` is paired with a bare run just before it; its ratio is the median
 //! of those pairs.
 //!
-//! Then the thread scaling table (issue #6, pktgen's rows on real vdevs), for each count of
+//! Then the thread scaling table (pktgen's rows on real vdevs), for each count of
 //! `--threads` (default 1 and 2, at most the cores): each thread is its own pinned lcore with
 //! its own `net_pcap` -> `net_null` pair and pool, and feeds its own TX queue of one
 //! `MultiQueue` (FIFO or unlimited CAKE, with and without bypass); Mpps is summed over the
@@ -1103,7 +1103,7 @@ mod imp {
                  busy-polling worker, queues from `app::build_queues` as `cakewalk run` builds them). The shaped row asks for 90 % of what \
                  shaped CAKE carried in calibration runs (from 90 % of unshaped CAKE, stepping down while a run falls short). The `drr floor` row is the `cake` row with \
                  `qdisc::testing::DrrFloor` (CAKE's DRR++ skeleton: diffserv3 tin DRR, new and old flow lists, a packet slab; \
-                 no COBALT, hosts, decaying flows or statistics) in CAKE's place: no CAKE can beat it on this path. Goals (perf-anchors.md): G1 FIFO+bypass/bare >= 0.80, \
+                 no COBALT, hosts, decaying flows or statistics) in CAKE's place: no CAKE can beat it on this path. Goals (docs/design.md): G1 FIFO+bypass/bare >= 0.80, \
                  G2 FIFO+bypass/FIFO >= 1.20, G4 CAKE/bare >= 0.40. Each ratio is the median over the reps of the row's \
                  rate over a bare run made just before it. This run: {goals}. The machine is shared: compare ratios, not runs.{}",
                 machine.line,
@@ -1121,7 +1121,7 @@ mod imp {
                     String::new()
                 } else {
                     format!(
-                        "\n\n### Thread scaling on DPDK vdevs (issue #6)\n\n\
+                        "\n\n### Thread scaling on DPDK vdevs\n\n\
                          Threads {:?}: each thread is its own pinned lcore (cores {}) with its own \
                          `net_pcap,infinite_rx=1` -> `net_null` pair, mbuf pool and TX queue of one \
                          `qdisc::mq::MultiQueue` (per-thread queues, as the engine gives its workers; \

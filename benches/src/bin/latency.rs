@@ -1,4 +1,4 @@
-//! Latency under load, the cake_mq table (seed 000, perf-anchors.md G11/G12): a veth lab with
+//! Latency under load, the cake_mq table (goals G11/G12 of docs/design.md): a veth lab with
 //! a shaper at rate R in the middle, TCP load from iperf3 and a latency probe (irtt every
 //! 10 ms, or ping -i 0.05 without irtt), for
 //!

@@ -1,5 +1,5 @@
 //! pktgen-style enqueue throughput of one `TxQueue` (fed with `enqueue_burst`, then `run` when
-//! it says so), the seed-001 table for this machine:
+//! it says so), the lockless-bypass table for this machine:
 //! 1 and 2 pinned threads feeding one queue with 64-byte frames, as a bare handoff loop, FIFO
 //! with and without the bypass, and CAKE (1024 flows, triple-isolate) with and without it.
 //!
@@ -10,7 +10,7 @@
 //! TX burst right after, and call `run` when the queue says so. Each row
 //! runs every thread for `--seconds` after a warm-up; Mpps is summed over threads and every
 //! row is also given as a ratio to the bare loop measured in the same run
-//! (perf-anchors.md G1-G4). After each row the queue is drained and conservation
+//! (goals G1-G4 of docs/design.md). After each row the queue is drained and conservation
 //! (`generated = transmitted + dropped`) is checked.
 //!
 //! It does not move real packets (see `dpdk_fwd` and `accuracy`).
@@ -556,7 +556,7 @@ fn run() -> Result<()> {
         let cli = &args;
         let args: Vec<String> = std::env::args().skip(1).collect();
         let body = format!(
-            "## pktgen: enqueue throughput of {} (seed 001)\n\n{header}\n\n\
+            "## pktgen: enqueue throughput of {}\n\n{header}\n\n\
              Command: `cargo run --release -p cakewalk-benches --bin pktgen -- {}`\n\n\
              {markdown}\n\
              Frames are 64 bytes. `drops` are frames offered beyond what the queue could take \

@@ -149,7 +149,7 @@ mod tests {
     use crate::config::Config;
     use qdisc::cake::{AckFilterMode, CakeConfig, DiffservMode, FlowMode};
 
-    /// Every option string of the kernel's tc-testing `qdiscs/cake.json` (cake-spec.md §9).
+    /// Every option string of the kernel's tc-testing `qdiscs/cake.json`.
     pub(crate) const TC_TESTING: [&str; 18] = [
         "",
         "bandwidth 1000",

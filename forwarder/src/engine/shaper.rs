@@ -16,9 +16,11 @@ use qdisc::{BurstBypass, Packet, PacketMeta, Qdisc, Rate};
 pub struct TinSnapshot {
     /// Tin name ("bulk", "best_effort", "video", "voice", "tin0"...).
     pub name: String,
-    /// Packets sent (counted at enqueue, like the kernel).
+    /// Packets delivered (dequeued or bypassed). sch_cake.c counts its sent packets in
+    /// `cake_enqueue`; cakewalk's CAKE counts them at delivery, so they match the port's TX
+    /// counters.
     pub sent_packets: u64,
-    /// Bytes sent.
+    /// Bytes (frame length) delivered.
     pub sent_bytes: u64,
     /// Packets dropped.
     pub dropped_packets: u64,

@@ -1,4 +1,4 @@
-//! The ACK filter (cake-spec.md §5 ack-filter): when a pure TCP ACK joins a flow's queue,
+//! The ACK filter (sch_cake.c `cake_ack_filter`): when a pure TCP ACK joins a flow's queue,
 //! find an older ACK of the same connection that the new one makes redundant, so it can be
 //! dropped instead of sent. Works on facts cached at enqueue ([`AckEntry`]); the caller
 //! owns the queue and unlinks the victim.

@@ -1,6 +1,7 @@
 //! COBALT, CAKE's AQM: CoDel with a gradual count decay, plus BLUE for flows that ignore
-//! drops (cake-spec.md §4). Per-flow state ([`CobaltVars`]) and per-tin parameters
-//! ([`CobaltParams`]); the functions here decide, the caller drops or marks.
+//! drops (sch_cake.c `cobalt_should_drop`, `cobalt_queue_full`, `cobalt_queue_empty`).
+//! Per-flow state ([`CobaltVars`]) and per-tin parameters ([`CobaltParams`]); the functions
+//! here decide, the caller drops or marks.
 
 /// `2^32 / sqrt(n)` for n < 16, as the kernel caches them (8 Newton steps each). Entries 0
 /// and 1 saturate to `u32::MAX`.
@@ -64,7 +65,7 @@ pub struct CobaltParams {
 
 impl CobaltParams {
     /// Derives the parameters for a tin whose MTU takes `mtu_time_ns` to send
-    /// (cake-spec.md §4 `set_rate`): target = max(1.5 MTU time, configured target),
+    /// (sch_cake.c `cake_set_rate`): target = max(1.5 MTU time, configured target),
     /// interval = max(rtt + target − configured target, 2 target).
     pub fn new(target_cfg_ns: u64, interval_cfg_ns: u64, mtu_time_ns: u64) -> CobaltParams {
         let target = (mtu_time_ns.saturating_mul(3) / 2).max(target_cfg_ns);
@@ -120,7 +121,7 @@ impl CobaltVars {
     }
 
     /// Decides the fate of a packet with `sojourn_ns` at the head of the flow
-    /// (cake-spec.md §4 `should_drop`). `set_ce` is called when CoDel wants to signal; it
+    /// (sch_cake.c `cobalt_should_drop`). `set_ce` is called when CoDel wants to signal; it
     /// returns true when the packet took the CE mark. `bulk` is the tin's bulk flow count in
     /// ingress mode and 0 otherwise. `rand` is a uniform random u32 for BLUE.
     #[inline]

@@ -1,9 +1,9 @@
 //! CAKE's configuration: every option `tc qdisc ... cake` takes, with the kernel's defaults
-//! (cake-spec.md §8) and validation that says what to do about a bad value.
+//! (sch_cake.c `cake_init`, tc-cake(8)) and validation that says what to do about a bad value.
 
 use crate::Rate;
 
-/// Diffserv mode: how many tins and how DSCP maps to them (cake-spec.md §3).
+/// Diffserv mode: how many tins and how DSCP maps to them (sch_cake.c `cake_config_diffserv*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum DiffservMode {
     /// One tin.
@@ -30,7 +30,8 @@ impl DiffservMode {
     ];
 }
 
-/// Flow isolation mode (cake-spec.md §2). The discriminants are the kernel's values.
+/// Flow isolation mode (sch_cake.c `CAKE_FLOW_*`, used by `cake_hash`). The discriminants
+/// are the kernel's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum FlowMode {
     /// Every packet in one flow.
@@ -167,7 +168,7 @@ impl Default for CakeConfig {
 /// billion would try to allocate gigabytes before the first packet.
 pub const MAX_PACKET_LIMIT: u32 = 1 << 22;
 
-/// The lowest shaped rate the kernel accepts (cake-spec.md §5: `MIN_RATE`).
+/// The lowest shaped rate the kernel accepts (sch_cake.c `MIN_RATE`).
 pub const MIN_RATE_BYTES_PER_SEC: u64 = 64;
 
 /// Why a [`CakeConfig`] was refused. Every message names the bad value and what to do.
@@ -303,7 +304,7 @@ impl CakeConfig {
     }
 }
 
-/// The link-layer keywords of `tc qdisc ... cake` (cake-spec.md §5 tc keywords).
+/// The link-layer keywords of `tc qdisc ... cake` (tc-cake(8), overhead keywords).
 ///
 /// Each sets the overhead and clears `raw`; some also set the MPU or ATM/PTM framing. As in
 /// tc, a keyword only sets what it names: `ether-vlan` adds 4 bytes to whatever overhead is
@@ -469,7 +470,7 @@ impl LinkPreset {
     }
 }
 
-/// The RTT keywords of `tc qdisc ... cake` (cake-spec.md §4 tc RTT presets).
+/// The RTT keywords of `tc qdisc ... cake` (tc-cake(8), round-trip-time keywords).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RttPreset {
     /// 5 µs / 100 µs.

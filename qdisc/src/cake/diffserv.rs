@@ -1,5 +1,6 @@
 //! Diffserv: the DSCP → tin tables of the five modes, each tin's share of the rate and its
-//! DRR quantum, and the display order (cake-spec.md §3). Pure tables; no state.
+//! DRR quantum, and the display order, as sch_cake.c's `cake_config_diffserv*` functions set
+//! them up. Pure tables; no state.
 
 use super::config::DiffservMode;
 
@@ -201,8 +202,8 @@ pub struct TinShare {
     pub tin_quantum: u16,
 }
 
-/// Returns every tin's threshold and quantum for `mode` at `rate` bytes/s (cake-spec.md §3
-/// Thresholds and quanta). Entries past [`tin_count`] are zero.
+/// Returns every tin's threshold and quantum for `mode` at `rate` bytes/s, as sch_cake.c's
+/// `cake_config_diffserv*` functions set them. Entries past [`tin_count`] are zero.
 pub fn tin_shares(mode: DiffservMode, rate: u64) -> [TinShare; MAX_TINS] {
     let mut out = [TinShare::default(); MAX_TINS];
     let mut set = |i: usize, r: u64, q: u16| {

@@ -1,4 +1,4 @@
-//! Flow and host hashing (cake-spec.md §2 Keys): a cheap keyed, direction-symmetric hash of
+//! Flow and host hashing (sch_cake.c `cake_hash`): a cheap keyed, direction-symmetric hash of
 //! the 5-tuple, built from folded 64×64→128-bit multiplies (wyhash's mixing step). It is
 //! not SipHash: it costs about as much as jhash and is meant for spreading flows over
 //! buckets, not for resisting an attacker who can observe bucket placement.

@@ -1,5 +1,5 @@
 //! The overflow max-heap over every flow of every tin, keyed by byte backlog
-//! (cake-spec.md §1 Overflow drop). It is maintained incrementally only while
+//! (sch_cake.c `cake_heapify`, `cake_drop`). It is maintained incrementally only while
 //! `overflow_timeout` is non-zero, i.e. for 65535 dequeues after an overflow; otherwise it
 //! goes stale and is rebuilt bottom-up at the next overflow. With no overflow there is no
 //! heap work on the packet path at all.

@@ -1,6 +1,6 @@
 //! One CAKE instance (Linux `sch_cake`): tins, set-associative flow tables with host
 //! fairness, DRR++, COBALT and the time-based shaper, with the overflow heap, ACK filter and
-//! autorate (cake-spec.md §1–§6, §8). It does not share a rate between TX queues; that is
+//! autorate (docs/design.md, "The CAKE model"). It does not share a rate between TX queues; that is
 //! [`crate::mq`]'s job, which drives a `Cake` through [`Qdisc`].
 //!
 //! # Call protocol
@@ -28,7 +28,7 @@
 //! * **NAT**: cakewalk has no conntrack, so the kernel's NAT lookup (and its bug of not
 //!   updating the destination port) cannot be reproduced. The `nat` flag keeps one effect:
 //!   with `nat` on and `PacketMeta::keys_rewritten` set, the precomputed hash is not
-//!   reused (seed 002).
+//!   reused.
 //! * **Packet limit**: treated like `sch->limit`: after each enqueue, packets are dropped
 //!   from the head of the fattest flow while more than `packet_limit` are queued (Linux's
 //!   CAKE only enforces its memory limit).
@@ -686,7 +686,7 @@ impl<P: Packet> Cake<P> {
         wyrand(&mut self.rng)
     }
 
-    /// Picks the tin (cake-spec.md §3 Tin selection).
+    /// Picks the tin (sch_cake.c `cake_select_tin`).
     #[inline]
     fn select_tin(&self, meta: &PacketMeta) -> usize {
         // No shortcut for one tin: besteffort's tables map everything to tin 0 anyway.

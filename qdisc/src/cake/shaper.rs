@@ -1,6 +1,7 @@
-//! The time-based shaper (cake-spec.md §5): rates as nanoseconds per byte in fixed point,
-//! virtual clocks advanced by each packet's serialization time, and the overhead arithmetic
-//! that turns a frame length into the length charged to the shaper.
+//! The time-based shaper (sch_cake.c `cake_set_rate`, `cake_advance_shaper`): rates as
+//! nanoseconds per byte in fixed point, virtual clocks advanced by each packet's
+//! serialization time, and the overhead arithmetic that turns a frame length into the length
+//! charged to the shaper.
 //!
 //! Accuracy beyond Linux: the kernel truncates every packet's duration to whole
 //! nanoseconds, which at 40 Gbit/s and 64-byte frames (12.8 ns each) loses up to 7 % of

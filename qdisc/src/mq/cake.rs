@@ -1,6 +1,7 @@
 //! [`MqQdisc`] for [`Cake`]: what lets a [`super::MultiQueue`] build one CAKE per TX queue
-//! from one shared [`CakeConfig`] and reconfigure them all in place (cake-spec.md §7: each
-//! child is built from the full rate; the rate sync scales it down with `set_rate` only).
+//! from one shared [`CakeConfig`] and reconfigure them all in place (as Linux's cake_mq:
+//! each child is built from the full rate; the rate sync scales it down with `set_rate`
+//! only).
 
 use super::MqQdisc;
 use crate::cake::{Cake, CakeConfig, ConfigError};
@@ -28,8 +29,8 @@ impl<P: Packet + Send> MqQdisc<P> for Cake<P> {
 
     fn is_rate_only_change(old: &CakeConfig, new: &CakeConfig) -> bool {
         // Memory limit and COBALT parameters derive from the full rate in Linux too, but a
-        // rate step must never purge or rebuild (seed 000); they follow at the next full
-        // reconfigure.
+        // rate step must never purge or rebuild (docs/design.md, "cake_mq"); they follow at
+        // the next full reconfigure.
         let same_rate = CakeConfig {
             rate: old.rate,
             ..new.clone()

@@ -1,11 +1,12 @@
 //! cake_mq: per-TX-queue shapers sharing one global rate through atomics (Linux 7.0's
-//! `cake_mq`, cake-spec.md §7, plus a work-conserving split), with a lockless intake and
-//! enqueue bypass (seed 001).
+//! `cake_mq`, plus a work-conserving split), with a lockless intake and enqueue bypass after
+//! Linux's lockless qdisc. docs/design.md ("cake_mq", "The bypass protocol") tells the whole
+//! story.
 //!
 //! * [`SharedRate`] holds the global rate and each queue's published activity.
 //! * [`TxQueue`] is one queue: a lock-free intake, a runner try-lock with a MISSED flag, the
-//!   bypass, and the rate sync that rescales its own qdisc with `set_rate` only (seed 000: a
-//!   sync never purges tins or moves cursors).
+//!   bypass, and the rate sync that rescales its own qdisc with `set_rate` only (a sync
+//!   never purges tins or moves cursors).
 //! * [`MultiQueue`] builds N queues over one config and one [`SharedRate`] and applies
 //!   configuration changes to all of them without a restart.
 //!
@@ -91,7 +92,7 @@ pub trait MqQdisc<P: Packet>: Qdisc<P> + Send + Sized {
     /// [`MultiQueue::reconfigure`] can take the `set_rate` path (a pure parameter write)
     /// instead of a full reconfigure. There is deliberately no default: a wrapper that
     /// forgot to answer would silently turn every rate step into a full reconfigure (the
-    /// regression of seed 000).
+    /// regression Linux's cake_mq had to fix: a rate step that cleared the tins).
     fn is_rate_only_change(old: &Self::Config, new: &Self::Config) -> bool;
 }
 

@@ -1,5 +1,6 @@
 //! [`SharedRate`]: the one global rate of a multi-queue shaper and each queue's published
-//! activity, plus the pure share computation every queue runs at its sync (cake-spec.md §7).
+//! activity, plus the pure share computation every queue runs at its sync (docs/design.md,
+//! "cake_mq").
 //!
 //! There is no lock and no shared counter. Each queue writes only its own cache-line-padded
 //! [`QueueActivity`] (once per run or per sync, never per packet) and reads its siblings' with

@@ -27,7 +27,8 @@ const LOCKED: u32 = 1;
 /// lock; whoever holds or next takes the lock must drain the intake again.
 const MISSED: u32 = 2;
 
-/// A try-lock around the runner's state with Linux's MISSED protocol (seed 001, a90c57f2cedd).
+/// A try-lock around the runner's state with Linux's MISSED protocol (Linux a90c57f2cedd;
+/// docs/design.md, "The bypass protocol").
 ///
 /// Linux keeps the lock (`q->seqlock`) and MISSED in two words, which is why it needs a full
 /// barrier between the unlock and the read of MISSED (2e8728c955ce, a54ce3703613). Here both bits

@@ -1,6 +1,7 @@
 //! [`TxQueue`]: one transmit queue that any number of threads feed, after Linux's lockless
-//! qdisc (seed 001): a bounded lock-free intake, a runner try-lock with a MISSED flag, and an
-//! enqueue bypass for an idle queue with shaper credit.
+//! qdisc (`TCQ_F_CAN_BYPASS`; docs/design.md, "The bypass protocol"): a bounded lock-free
+//! intake, a runner try-lock with a MISSED flag, and an enqueue bypass for an idle queue with
+//! shaper credit.
 //!
 //! It owns one qdisc and takes a share of a [`SharedRate`]; it never reads a clock (every call
 //! takes `now_ns`) and never transmits by itself (the caller's `transmit` closure does).

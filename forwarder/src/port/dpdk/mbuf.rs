@@ -1,6 +1,7 @@
 //! [`Mbuf`]: an owned, single-segment DPDK packet buffer. It implements `qdisc::Packet` and
 //! the forwarder's `PortBuf`: the data view is zero-copy, ECN is marked in place, the NIC's
-//! RSS hash is reported when valid (seed 002), and it returns to its pool on drop.
+//! RSS hash is reported when valid (CAKE reuses it as the flow hash), and it returns to its
+//! pool on drop.
 
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;

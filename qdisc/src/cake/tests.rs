@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::testing::{udp_meta, TestPacket};
-use crate::TcpAckInfo;
+use crate::{DropReason, TcpAckInfo};
 
 fn cake(config: CakeConfig) -> Cake<TestPacket> {
     Cake::new(&config).unwrap()
@@ -799,7 +799,7 @@ fn dequeue_returns_even_when_counts_and_lists_disagree() {
         let mut c = unlimited(FlowMode::TripleIsolate, diffserv);
         c.enqueue(0, pkt(1000, 1, 0), &udp_meta(1, 2, 3, 0));
         let t = c.select_tin(&udp_meta(1, 2, 3, 0));
-        c.tins[t].lists = [List::default(); 3];
+        c.tins[t].lists = Lists::default();
         c.stats.tins[t].sparse_flows = 1;
         assert!(matches!(c.dequeue(1), Dequeue::Empty));
         assert!(matches!(c.dequeue(2), Dequeue::Empty));
@@ -826,7 +826,7 @@ fn every_tin_samples_its_own_delays_when_tins_alternate() {
 /// Tin `t`'s old list, head first.
 fn old_list(c: &Cake<TestPacket>, t: usize) -> Vec<usize> {
     let mut out = Vec::new();
-    let mut f = c.tins[t].lists[usize::from(OLD)].head;
+    let mut f = c.tins[t].lists[ListId::Old].head;
     while f != NIL16 {
         out.push(usize::from(f));
         f = c.links[usize::from(f)].next;
@@ -839,7 +839,7 @@ fn old_list(c: &Cake<TestPacket>, t: usize) -> Vec<usize> {
 fn naive_refills(c: &mut Cake<TestPacket>, t: usize, budget: u32) -> u32 {
     let mut refills = 0;
     while refills < budget {
-        let fid = usize::from(c.tins[t].lists[usize::from(OLD)].head);
+        let fid = usize::from(c.tins[t].lists[ListId::Old].head);
         if c.flows[fid].deficit > 0 {
             break;
         }
@@ -847,7 +847,7 @@ fn naive_refills(c: &mut Cake<TestPacket>, t: usize, budget: u32) -> u32 {
         let dither = (c.next_rand() >> 48) as u32;
         let q = c.flow_quantum(fid, dither);
         c.flows[fid].deficit = c.flows[fid].deficit.saturating_add(q);
-        c.list_move_head_to_tail(fid, OLD, OLD);
+        c.list_move_head_to_tail(fid, ListId::Old, ListId::Old);
         c.cur_flow = fid % FLOWS_PER_TIN;
         refills += 1;
     }

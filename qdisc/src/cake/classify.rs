@@ -1,0 +1,284 @@
+//! Classification (sch_cake.c `cake_select_tin` and `cake_hash`): the tin of a packet, its
+//! flow hash, the set-associative flow lookup with host allocation, and the host bulk counts
+//! that host fairness scales each flow's quantum by.
+
+use super::{
+    flow_hash, host_hash, host_load_in, scaled_quantum, tin_of, Cake, Classification, FlowMode,
+    FlowSet, FLOWS_PER_TIN, MAX_TINS, SET_WAYS,
+};
+use crate::{cold_path, Packet, PacketMeta};
+
+impl<P: Packet> Cake<P> {
+    /// Picks the tin (sch_cake.c `cake_select_tin`).
+    #[inline]
+    pub(super) fn select_tin(&self, meta: &PacketMeta) -> usize {
+        // No shortcut for one tin: besteffort's tables map everything to tin 0 anyway.
+        let mask = self.config.fwmark_mask;
+        if mask != 0 {
+            // The fwmark override is the rare configuration; keep the DSCP path straight.
+            cold_path();
+            let mark = (meta.mark & mask) >> mask.trailing_zeros();
+            if mark >= 1 && (mark as usize) <= self.tin_cnt {
+                return self.tin_order[mark as usize - 1] % MAX_TINS;
+            }
+        }
+        let t = usize::from(self.tin_index[usize::from(meta.dscp & 63)]);
+        // Reduced modulo MAX_TINS (a no-op: t < tin_cnt <= MAX_TINS) so that the compiler
+        // sees it in bounds and drops the checks of every per-tin table the enqueue indexes.
+        if t >= self.tin_cnt {
+            0
+        } else {
+            t % MAX_TINS
+        }
+    }
+
+    /// The flow hash under the current mode, and whether `l4_hash` was reused.
+    #[inline(always)]
+    pub(super) fn hash_of(&self, meta: &PacketMeta) -> (u32, bool) {
+        let mode = self.config.flow_mode as u8;
+        let seed = self.config.seed;
+        if mode & 4 != 0 {
+            if let Some(h) = meta.l4_hash {
+                if !(self.config.nat && meta.keys_rewritten) {
+                    return (h, true);
+                }
+            }
+            return (flow_hash(&meta.keys, seed), false);
+        }
+        // Host-only modes (and flowblind) are the rare configurations.
+        cold_path();
+        let mut h = 0;
+        if mode & 1 != 0 {
+            h ^= host_hash(&meta.keys, seed, false);
+        }
+        if mode & 2 != 0 {
+            h ^= host_hash(&meta.keys, seed, true);
+        }
+        (h, false)
+    }
+
+    /// Where `meta` would go, without changing anything (for `cakewalk explain`).
+    pub fn classify(&self, meta: &PacketMeta) -> Classification {
+        let tin = self.select_tin(meta);
+        let (hash, used_l4_hash) = self.hash_of(meta);
+        let base = tin * FLOWS_PER_TIN;
+        let mut c = Classification {
+            tin,
+            tin_name: self.tin_names.get(tin).copied().unwrap_or("?"),
+            flow_hash: hash,
+            used_l4_hash,
+            flow: 0,
+            src_host: None,
+            dst_host: None,
+        };
+        if self.config.flow_mode == FlowMode::Flowblind {
+            return c;
+        }
+        let i = (hash as usize) % FLOWS_PER_TIN;
+        let outer = i - i % SET_WAYS;
+        let ways = (0..SET_WAYS).map(|k| outer + (i % SET_WAYS + k) % SET_WAYS);
+        let flow = ways
+            .clone()
+            .find(|&j| self.tags[base + j] == hash)
+            .or_else(|| {
+                ways.clone()
+                    .find(|&j| self.flows[base + j].set == FlowSet::None)
+            })
+            .unwrap_or(i);
+        c.flow = flow;
+        let f = &self.flows[base + flow];
+        let reuse = self.tags[base + flow] == hash && f.set != FlowSet::None;
+        let host = |h: u32, dst: bool| -> usize {
+            let i = (h as usize) % FLOWS_PER_TIN;
+            let outer = i - i % SET_WAYS;
+            let ways = (0..SET_WAYS).map(|k| outer + (i % SET_WAYS + k) % SET_WAYS);
+            let tag = |j: usize| {
+                let e = &self.hosts[base + j];
+                if dst {
+                    (e.dst_tag, self.dst_bulk[base + j])
+                } else {
+                    (e.src_tag, self.src_bulk[base + j])
+                }
+            };
+            ways.clone()
+                .find(|&j| tag(j).0 == h)
+                .or_else(|| ways.clone().find(|&j| tag(j).1 == 0))
+                .unwrap_or(i)
+        };
+        if self.dsrc {
+            c.src_host = Some(if reuse {
+                usize::from(f.srchost)
+            } else {
+                host(host_hash(&meta.keys, self.config.seed, false), false)
+            });
+        }
+        if self.ddst {
+            c.dst_host = Some(if reuse {
+                usize::from(f.dsthost)
+            } else {
+                host(host_hash(&meta.keys, self.config.seed, true), true)
+            });
+        }
+        c
+    }
+
+    /// The set-associative lookup with host allocation (sch_cake.c `cake_hash`). Returns
+    /// the global flow id.
+    #[inline(always)]
+    pub(super) fn lookup(&mut self, tin: usize, meta: &PacketMeta) -> usize {
+        let base = tin * FLOWS_PER_TIN;
+        if self.config.flow_mode == FlowMode::Flowblind {
+            return base;
+        }
+        let (hash, _) = self.hash_of(meta);
+        let i = (hash as usize) % FLOWS_PER_TIN;
+        if self.tags[base + i] == hash && self.flows[base + i].set != FlowSet::None {
+            self.stats.tins[tin].way_directs += 1;
+            return base + i;
+        }
+        let inner = i % SET_WAYS;
+        let outer = base + i - inner;
+        let mut allocate = false;
+        let mut chosen = None;
+        for n in 0..SET_WAYS {
+            let j = outer + (inner + n) % SET_WAYS;
+            if self.tags[j] == hash {
+                if n != 0 {
+                    self.stats.tins[tin].way_indirect_hits += 1;
+                }
+                if self.flows[j].set == FlowSet::None {
+                    allocate = true;
+                }
+                chosen = Some(j);
+                break;
+            }
+        }
+        if chosen.is_none() {
+            for n in 0..SET_WAYS {
+                let j = outer + (inner + n) % SET_WAYS;
+                if self.flows[j].set == FlowSet::None {
+                    self.stats.tins[tin].way_misses += 1;
+                    allocate = true;
+                    chosen = Some(j);
+                    break;
+                }
+            }
+        }
+        let fid = match chosen {
+            Some(j) => j,
+            None => {
+                // Every way busy with another flow: share the home bucket.
+                self.stats.tins[tin].way_collisions += 1;
+                allocate = true;
+                let j = outer + inner;
+                if self.flows[j].set == FlowSet::Bulk {
+                    self.dec_host_bulk(j);
+                }
+                j
+            }
+        };
+        self.tags[fid] = hash;
+        if allocate {
+            if self.dsrc {
+                let h = host_hash(&meta.keys, self.config.seed, false);
+                let idx = self.alloc_host(base, h, false);
+                self.flows[fid].srchost = idx as u16;
+                if self.flows[fid].set == FlowSet::Bulk {
+                    self.src_bulk[base + idx] += 1;
+                }
+            }
+            if self.ddst {
+                let h = host_hash(&meta.keys, self.config.seed, true);
+                let idx = self.alloc_host(base, h, true);
+                self.flows[fid].dsthost = idx as u16;
+                if self.flows[fid].set == FlowSet::Bulk {
+                    self.dst_bulk[base + idx] += 1;
+                }
+            }
+        }
+        fid
+    }
+
+    /// Finds or takes a host entry for `h` in the tin at `base`; returns its index in the
+    /// tin.
+    pub(super) fn alloc_host(&mut self, base: usize, h: u32, dst: bool) -> usize {
+        let i = (h as usize) % FLOWS_PER_TIN;
+        let inner = i % SET_WAYS;
+        let outer = i - inner;
+        let get = |j: usize| {
+            let e = &self.hosts[base + j];
+            if dst {
+                (e.dst_tag, self.dst_bulk[base + j])
+            } else {
+                (e.src_tag, self.src_bulk[base + j])
+            }
+        };
+        for n in 0..SET_WAYS {
+            let j = outer + (inner + n) % SET_WAYS;
+            if get(j).0 == h {
+                return j;
+            }
+        }
+        let mut pick = i;
+        for n in 0..SET_WAYS {
+            let j = outer + (inner + n) % SET_WAYS;
+            if get(j).1 == 0 {
+                pick = j;
+                break;
+            }
+        }
+        let e = &mut self.hosts[base + pick];
+        if dst {
+            e.dst_tag = h;
+        } else {
+            e.src_tag = h;
+        }
+        pick
+    }
+
+    #[inline]
+    pub(super) fn inc_host_bulk(&mut self, fid: usize) {
+        let base = fid - fid % FLOWS_PER_TIN;
+        let f = self.flows[fid];
+        if self.dsrc {
+            let h = &mut self.src_bulk[base + usize::from(f.srchost)];
+            *h = h.saturating_add(1);
+        }
+        if self.ddst {
+            let h = &mut self.dst_bulk[base + usize::from(f.dsthost)];
+            *h = h.saturating_add(1);
+        }
+    }
+
+    #[inline]
+    pub(super) fn dec_host_bulk(&mut self, fid: usize) {
+        let base = fid - fid % FLOWS_PER_TIN;
+        let f = self.flows[fid];
+        if self.dsrc {
+            let h = &mut self.src_bulk[base + usize::from(f.srchost)];
+            *h = h.saturating_sub(1);
+        }
+        if self.ddst {
+            let h = &mut self.dst_bulk[base + usize::from(f.dsthost)];
+            *h = h.saturating_sub(1);
+        }
+    }
+
+    /// The host-scaled quantum of a flow, `flow_quantum / load`, with `dither` (a random
+    /// u16, or 0) added before the shift to avoid accumulating round-off.
+    #[inline(always)]
+    pub(super) fn flow_quantum(&self, fid: usize, dither: u32) -> i32 {
+        let tin = tin_of(fid);
+        let load = self.host_load(fid, self.dsrc, self.ddst);
+        scaled_quantum(self.tins[tin].flow_quantum, load, dither)
+    }
+
+    /// The larger bulk count of flow `fid`'s source and destination hosts, those that
+    /// `dsrc` and `ddst` say count (0 when neither counts; [`QUANTUM_DIV`] reads 0 as 1).
+    #[inline(always)]
+    pub(super) fn host_load(&self, fid: usize, dsrc: bool, ddst: bool) -> u16 {
+        let t = tin_of(fid);
+        let bulk = (self.src_bulk.tin(t), self.dst_bulk.tin(t));
+        host_load_in(&self.flows[fid], bulk, dsrc, ddst)
+    }
+}

@@ -1,0 +1,242 @@
+//! Building and reconfiguring a [`Cake`] (sch_cake.c `cake_init` and `cake_change`): the
+//! preallocated tables and packet slab, applying a configuration, purging the tins a
+//! reconfigure drops, and the read-only accessors.
+
+use super::ack_filter::AckEntry;
+use super::diffserv::{self, diffserv_table, tin_count, tin_order, MAX_TINS};
+use super::heap::OverflowHeap;
+use super::shaper::{Clock, Overhead, RateNs};
+use super::table::FlowTable;
+use super::{
+    AckFilterMode, Autorate, Cake, CakeConfig, CakeStats, ConfigError, Flow, FlowSet, Host, Link,
+    Slot, TinTurn, ALL_FLOWS, FLOWS_PER_TIN, NIL,
+};
+use crate::{DropReason, Packet, Rate};
+
+impl<P: Packet> Cake<P> {
+    /// Creates an instance with every table preallocated: 8 tins × 1024 flows and a packet
+    /// slab of `packet_limit + 1` slots.
+    ///
+    /// # Errors
+    /// Whatever [`CakeConfig::validate`] rejects.
+    pub fn new(config: &CakeConfig) -> Result<Cake<P>, ConfigError> {
+        config.validate()?;
+        let mut cake = Cake {
+            config: config.clone(),
+            tin_cnt: 1,
+            tin_index: diffserv_table(config.diffserv),
+            tin_order: tin_order(config.diffserv),
+            tin_names: diffserv::tin_names(config.diffserv),
+            dsrc: false,
+            ddst: false,
+            overhead: Overhead::default(),
+            ingress: false,
+            ack_mode: AckFilterMode::Off,
+            rate_bps: 0,
+            rate: RateNs::default(),
+            time_next: Clock::default(),
+            failsafe_next: 0,
+            buffer_used: 0,
+            buffer_limit: 0,
+            qlen: 0,
+            backlog: 0,
+            tins: Default::default(),
+            turns: Default::default(),
+            flows: FlowTable::new(Flow::default()),
+            links: FlowTable::new(Link::default()),
+            tags: FlowTable::new(0),
+            hosts: FlowTable::new(Host::default()),
+            src_bulk: FlowTable::new(0),
+            dst_bulk: FlowTable::new(0),
+            heap: OverflowHeap::new(ALL_FLOWS),
+            overflow_timeout: 0,
+            slots: Vec::new(),
+            free_head: NIL,
+            ack: Vec::new(),
+            cur_tin: 0,
+            cur_flow: 0,
+            rng: config.seed,
+            last_now: 0,
+            autorate: Autorate::default(),
+            stats: CakeStats::new(),
+        };
+        cake.apply_config();
+        Ok(cake)
+    }
+
+    /// Applies a full new configuration at this (always safe) point between calls.
+    ///
+    /// Unlike [`Qdisc::set_rate`](crate::Qdisc::set_rate) this recomputes everything: tin tables, COBALT
+    /// parameters, memory limit, overhead. Tins at or above the new tin count are purged
+    /// (their packets counted as `Overflow` drops); the cursors are kept when still valid.
+    ///
+    /// # Errors
+    /// Whatever [`CakeConfig::validate`] rejects; the instance is then unchanged.
+    pub fn reconfigure(&mut self, config: &CakeConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        let old_mode = self.config.flow_mode;
+        self.config = config.clone();
+        self.apply_config();
+        for t in self.tin_cnt..MAX_TINS {
+            self.purge_tin(t);
+        }
+        if old_mode != config.flow_mode {
+            self.recount_hosts();
+        }
+        Ok(())
+    }
+
+    pub(super) fn apply_config(&mut self) {
+        let c = &self.config;
+        self.tin_cnt = tin_count(c.diffserv);
+        self.tin_index = diffserv_table(c.diffserv);
+        self.tin_order = tin_order(c.diffserv);
+        self.tin_names = diffserv::tin_names(c.diffserv);
+        let mode = c.flow_mode as u8;
+        self.dsrc = mode & 5 == 5;
+        self.ddst = mode & 6 == 6;
+        self.overhead = Overhead {
+            compensate: !c.raw,
+            overhead: c.overhead,
+            mpu: c.mpu,
+            atm: c.atm,
+        };
+        self.ingress = c.ingress;
+        self.ack_mode = c.ack_filter;
+        self.stats.tin_count = self.tin_cnt;
+        let want = c.packet_limit as usize + 1;
+        self.slots
+            .reserve_exact(want.saturating_sub(self.slots.len()));
+        while self.slots.len() < want {
+            let i = self.slots.len() as u32;
+            self.slots.push(Slot {
+                pkt: None,
+                next: self.free_head,
+                len: 0,
+                adj_len: 0,
+                footprint: 0,
+                enqueue_ns: 0,
+            });
+            self.free_head = i;
+        }
+        if c.ack_filter != AckFilterMode::Off {
+            self.ack.resize(self.slots.len(), AckEntry::default());
+        } else {
+            self.ack = Vec::new();
+        }
+        if self.cur_tin >= self.tin_cnt {
+            self.cur_tin = 0;
+        }
+        let rate = c.rate.bytes_per_sec();
+        self.autorate.avg_peak_bandwidth = rate;
+        self.stats.capacity_estimate = rate;
+        self.configure_rates(rate, false);
+    }
+
+    pub(super) fn compute_buffer_limit(&self) -> u64 {
+        self.config.memory_limit_at(self.rate_bps)
+    }
+
+    /// Empties tin `t`: drops its packets and returns its flows and hosts to rest.
+    pub(super) fn purge_tin(&mut self, t: usize) {
+        let base = t * FLOWS_PER_TIN;
+        for fid in base..base + FLOWS_PER_TIN {
+            while let Some(s) = self.pop_head(t, fid) {
+                let len = self.slots[s as usize].len;
+                self.release_slot(s);
+                self.stats.count_drop(DropReason::Overflow, u64::from(len));
+                self.stats.tins[t].dropped_packets += 1;
+                self.stats.purged_packets += 1;
+            }
+            self.links[fid] = Link::default();
+            let rec_inv_sqrt = self.flows[fid].cv.rec_inv_sqrt;
+            self.flows[fid] = Flow::default();
+            self.flows[fid].cv.rec_inv_sqrt = rec_inv_sqrt;
+        }
+        self.src_bulk.tin_mut(t).fill(0);
+        self.dst_bulk.tin_mut(t).fill(0);
+        let tin = &mut self.tins[t];
+        tin.lists = Default::default();
+        self.turns[t] = TinTurn {
+            quantum: self.turns[t].quantum,
+            ..TinTurn::default()
+        };
+        let st = &mut self.stats.tins[t];
+        st.sparse_flows = 0;
+        st.bulk_flows = 0;
+        st.decaying_flows = 0;
+        st.unresponsive_flows = 0;
+        st.backlog_bytes = 0;
+        self.overflow_timeout = 0;
+    }
+
+    /// Recomputes host bulk counts after a flow-mode change.
+    pub(super) fn recount_hosts(&mut self) {
+        self.src_bulk.fill(0);
+        self.dst_bulk.fill(0);
+        for fid in 0..ALL_FLOWS {
+            if self.flows[fid].set == FlowSet::Bulk {
+                self.inc_host_bulk(fid);
+            }
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &CakeConfig {
+        &self.config
+    }
+
+    /// The statistics.
+    pub fn stats(&self) -> &CakeStats {
+        &self.stats
+    }
+
+    /// The names of the tins in use, indexed by tin.
+    pub fn tin_names(&self) -> &'static [&'static str] {
+        self.tin_names
+    }
+
+    /// The display order of the tins (what a mark override of `n` selects: `order[n-1]`).
+    pub fn tin_order(&self) -> &'static [usize] {
+        self.tin_order
+    }
+
+    /// The shaping rate in force now: the configured rate, or what the last
+    /// [`Qdisc::set_rate`](crate::Qdisc::set_rate) or autorate set.
+    pub fn current_rate(&self) -> Rate {
+        Rate::from_bytes_per_sec(self.rate_bps)
+    }
+
+    /// The dequeue cursors `(cur_tin, cur_flow)`, for tests that prove a rate change
+    /// leaves them alone.
+    pub fn cursors(&self) -> (usize, usize) {
+        (self.cur_tin, self.cur_flow)
+    }
+
+    /// Bytes this instance allocated up front apart from the packets themselves: flow, tag,
+    /// host and heap tables, and the delay histograms. The packet slab (slot metadata plus
+    /// the packets, `packet_limit + 1` slots) is [`Cake::slab_bytes`].
+    pub fn preallocated_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let hist: usize = self
+            .stats
+            .tins
+            .iter()
+            .map(|t| t.delay_histogram.distinct_values() * size_of::<u64>())
+            .sum();
+        size_of::<Self>()
+            + self.flows.len() * size_of::<Flow>()
+            + self.links.len() * size_of::<Link>()
+            + self.tags.len() * size_of::<u32>()
+            + self.hosts.len() * size_of::<Host>()
+            + (self.src_bulk.len() + self.dst_bulk.len()) * size_of::<u16>()
+            + self.heap.bytes()
+            + self.ack.capacity() * size_of::<AckEntry>()
+            + hist
+    }
+
+    /// Bytes of the packet slab: `packet_limit + 1` slots of queue metadata and packet.
+    pub fn slab_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot<P>>()
+    }
+}

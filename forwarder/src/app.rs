@@ -317,6 +317,15 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                     // replaying; say so up front, with the size that would carry them,
                     // rather than leave only the pcap_oversize counter at the end.
                     let (over, longest) = frames.longer_than(pool.buf_size());
+                    // Looped, such a file would be read forever without one frame to send.
+                    if over == frames.len() && cfg.loop_input {
+                        bail!(
+                            "port {name}: every one of the {} frames in '{}' is longer than a buffer ({} bytes; the longest is {longest}), so a looped replay (ports.loop) would send nothing, ever: raise ports.buffer_size to at least {longest} (--set ports.buffer_size={longest})",
+                            frames.len(),
+                            input.display(),
+                            pool.buf_size(),
+                        );
+                    }
                     if over > 0 {
                         crate::log_line!(
                             "warning: port {name}: {over} of the {} frames in '{}' are longer than a buffer ({} bytes; the longest is {longest}) and will be skipped (counted as pcap_oversize): raise ports.buffer_size to at least {longest} (--set ports.buffer_size={longest})",

@@ -342,7 +342,12 @@ impl PortRx for PcapRx {
 
     fn rx_burst(&mut self, burst: &mut Vec<PoolBuf>, max: usize) -> usize {
         let mut n = 0;
-        while n < max && !self.finished {
+        // Frames looked at, skipped ones included: the burst ends after `max` of them, so a
+        // looped input whose frames are mostly (or all) too long for a buffer cannot keep
+        // the worker here, away from its queues and its stop flag.
+        let mut examined = 0;
+        while examined < max && !self.finished {
+            examined += 1;
             let frame = self.frames.frame(self.next);
             if frame.len() > self.pool.buf_size() {
                 self.oversize += 1;
@@ -538,6 +543,43 @@ mod tests {
         assert_eq!(looped.rx_burst(&mut burst, 7), 7);
         assert!(!looped.is_finished());
         assert_eq!(burst[6].data(), &frames(3)[0][..]);
+    }
+
+    /// Runs `f` on a thread of its own and returns its result, or None if it has not returned
+    /// after a minute: a hang guard (a receive path that never returns), not a speed check.
+    fn returns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(60)).ok()
+    }
+
+    #[test]
+    fn a_looped_input_of_frames_too_long_for_a_buffer_still_returns_to_the_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.pcap");
+        write_pcap(&path, &[vec![0x45; 3000], vec![0x45; 2500]]).unwrap();
+        let f = Arc::new(PcapFrames::load(&path).unwrap());
+        let c = Arc::new(PcapCounters::default());
+        let counters = c.clone();
+        let got = returns(move || {
+            let mut rx = PcapRx::new(f, Pool::new(16, 2048), true, counters);
+            let mut burst = Vec::new();
+            (rx.rx_burst(&mut burst, 32), rx.is_finished())
+        });
+        assert_eq!(got, Some((0, false)), "rx_burst never returned");
+        assert_eq!(c.oversize.load(Relaxed), 32, "one burst looks at 32 frames");
+        // One usable frame among long ones: each burst still ends after 32 frames.
+        write_pcap(
+            &path,
+            &[vec![0x45; 3000], vec![0x45; 100], vec![0x45; 3000]],
+        )
+        .unwrap();
+        let f = Arc::new(PcapFrames::load(&path).unwrap());
+        let mut rx = PcapRx::new(f, Pool::new(64, 2048), true, c.clone());
+        let mut burst = Vec::new();
+        assert_eq!(rx.rx_burst(&mut burst, 32), 11);
     }
 
     #[test]

@@ -150,7 +150,7 @@ pub struct OverrideArgs {
     /// Write stats as JSON lines to this file.
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
-    /// Serve Prometheus metrics on this address (127.0.0.1:9100).
+    /// Serve Prometheus metrics on this address (127.0.0.1:9187, the port docs/metrics.md uses).
     #[arg(long)]
     pub prometheus: Option<String>,
     /// Control socket path.
@@ -343,13 +343,13 @@ pub struct ExplainArgs {
     pub config: Option<PathBuf>,
     /// The packet: "tcp 10.0.0.1:1234 > 10.0.0.2:80 dscp ef" (or use the flags).
     pub spec: Vec<String>,
-    /// Protocol, when not in the spec.
+    /// Protocol, when the spec names none (an error when it does).
     #[arg(long)]
     pub proto: Option<String>,
-    /// Source address[:port], when not in the spec.
+    /// Source address[:port], instead of a spec.
     #[arg(long)]
     pub src: Option<String>,
-    /// Destination address[:port], when not in the spec.
+    /// Destination address[:port], instead of a spec.
     #[arg(long)]
     pub dst: Option<String>,
     /// DSCP, when not in the spec (number or name).
@@ -475,13 +475,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 out(&format!("{}\n", config::keywords::USAGE))?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let toml = config::tc::to_toml(&input)
+            let conversion = config::tc::convert(&input)
                 .with_context(|| format!("cannot convert tc options '{input}'"))?;
+            let toml = conversion.toml;
             // The section must be one `cakewalk run` accepts (the shaper's limits, such as
             // its minimum rate, are checked when a config is loaded).
             Config::from_toml_str(&toml).with_context(|| {
                 format!("tc options '{input}' convert to a [shaper] section cakewalk refuses")
             })?;
+            for w in &conversion.warnings {
+                crate::log_line!("warning: {w}");
+            }
             out(&toml)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -526,24 +530,15 @@ fn preflight_cmd(args: PreflightArgs) -> anyhow::Result<ExitCode> {
 fn explain_cmd(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let overrides = args.overrides.to_overrides()?;
     let config = Config::load(args.config.as_deref(), &overrides)?;
-    let spec_text = if args.spec.is_empty() {
-        let src = args
-            .src
-            .as_deref()
-            .context("give a packet spec ('tcp 10.0.0.1:1234 > 10.0.0.2:80') or --src and --dst")?;
-        let dst = args.dst.as_deref().context("--dst is missing")?;
-        let mut s = format!("{} {src} > {dst}", args.proto.as_deref().unwrap_or("tcp"));
-        if let Some(d) = &args.dscp {
-            s.push_str(&format!(" dscp {d}"));
-        }
-        s
-    } else {
-        let mut s = args.spec.join(" ");
-        if let Some(d) = &args.dscp {
-            s.push_str(&format!(" dscp {d}"));
-        }
-        s
-    };
+    let spec_text = explain::compose_spec(
+        &args.spec,
+        &explain::SpecFlags {
+            proto: args.proto.as_deref(),
+            src: args.src.as_deref(),
+            dst: args.dst.as_deref(),
+            dscp: args.dscp.as_deref(),
+        },
+    )?;
     let spec = explain::PacketSpec::parse(&spec_text)?;
     let queues = config.engine.tx_queues.max(1);
     let e = explain::explain_queue(&spec, config.shaper.queue, &config.to_cake_config(), queues)?;

@@ -3,10 +3,13 @@
 //! forwarder. The packet is built as real bytes and goes through [`crate::wire::parse`], so
 //! the answer is what the data path would compute.
 //!
-//! Spec grammar: `[PROTO] SRC[:PORT] > DST[:PORT] [dscp D] [ecn E] [label N] [mark N]`, with
-//! PROTO one of `tcp` (default), `udp`, `icmp`, `icmpv6`, `sctp` or a number, IPv6
-//! addresses in brackets when a port follows (`[2001:db8::1]:443`), D a number (0..=63) or a
-//! name (`ef`, `cs1`, `af41`, `va`, `le`, `be`), E `not-ect`/`ect0`/`ect1`/`ce` or 0..=3.
+//! Spec grammar: `[PROTO] SRC[:PORT] > DST[:PORT] [dscp D] [ecn E] [label N] [mark N]
+//! [vlan V]`, with PROTO one of `tcp` (default), `udp`, `icmp`, `icmpv6`, `sctp`, `dccp`,
+//! `udplite` or a number, IPv6 addresses in brackets when a port follows
+//! (`[2001:db8::1]:443`), D a number (0..=63) or a name (`ef`, `cs1`, `af41`, `va`, `le`,
+//! `be`), E `not-ect`/`ect0`/`ect1`/`ce` or 0..=3, V a VLAN id (0..=4095) or two as
+//! `OUTER.INNER` (an 802.1ad tag around an 802.1Q one). Ports are hashed for every protocol
+//! whose header starts with them (TCP, UDP, UDP-Lite, SCTP, DCCP), as the data path does.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -40,7 +43,7 @@ pub enum SpecError {
     #[error("source {0} and destination {1} are different IP versions; use two IPv4 or two IPv6 addresses")]
     MixedFamilies(IpAddr, IpAddr),
     /// An unknown protocol.
-    #[error("'{0}' is not a protocol; use tcp, udp, icmp, icmpv6, sctp or a number 0..=255")]
+    #[error("'{0}' is not a protocol; use tcp, udp, icmp, icmpv6, sctp, dccp, udplite or a number 0..=255")]
     BadProtocol(String),
     /// An unknown DSCP.
     #[error(
@@ -51,8 +54,24 @@ pub enum SpecError {
     #[error("'{0}' is not an ECN value; use not-ect, ect0, ect1, ce or 0..=3")]
     BadEcn(String),
     /// A keyword after the addresses that is not known, or its value is missing or bad.
-    #[error("'{0}' is not understood after the addresses; use dscp D, ecn E, label N or mark N")]
+    #[error(
+        "'{0}' is not understood after the addresses; use dscp D, ecn E, label N, mark N or vlan V"
+    )]
     BadKeyword(String),
+    /// A VLAN id that is not one.
+    #[error("'{0}' is not a VLAN id; use 0..=4095, or OUTER.INNER for a QinQ pair (vlan 100.20)")]
+    BadVlan(String),
+    /// A flag that says what the packet spec says too (the one would silently win).
+    #[error("{flag} is given as well as a packet spec that {what}; give it once, in the spec or as the flag")]
+    FlagAndSpec {
+        /// The flag (`--proto`).
+        flag: &'static str,
+        /// What the spec already says ("names the protocol").
+        what: &'static str,
+    },
+    /// Neither a spec nor the flags that make one.
+    #[error("give a packet spec ('tcp 10.0.0.1:1234 > 10.0.0.2:80') or both --src and --dst")]
+    NoPacket,
     /// A keyword given twice (the later value would silently win).
     #[error("'{0}' is given twice in the packet spec; give it once (in the spec or with its flag, such as --dscp)")]
     Repeated(String),
@@ -79,6 +98,84 @@ pub struct PacketSpec {
     pub flow_label: u32,
     /// Firewall mark (tin override through `fwmark`).
     pub mark: u32,
+    /// VLAN ids, outermost first (empty: untagged).
+    pub vlan: Vec<u16>,
+}
+
+/// The name `explain` and the spec use for IP protocol `p` ("tcp"), or "proto N".
+pub fn protocol_name(p: u8) -> String {
+    match p {
+        wire::protocol::TCP => "tcp".into(),
+        wire::protocol::UDP => "udp".into(),
+        wire::protocol::ICMP => "icmp".into(),
+        wire::protocol::ICMPV6 => "icmpv6".into(),
+        wire::protocol::SCTP => "sctp".into(),
+        wire::protocol::DCCP => "dccp".into(),
+        wire::protocol::UDPLITE => "udplite".into(),
+        other => format!("proto {other}"),
+    }
+}
+
+/// The packet flags of `cakewalk explain`, for [`compose_spec`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpecFlags<'a> {
+    /// `--proto`.
+    pub proto: Option<&'a str>,
+    /// `--src`.
+    pub src: Option<&'a str>,
+    /// `--dst`.
+    pub dst: Option<&'a str>,
+    /// `--dscp`.
+    pub dscp: Option<&'a str>,
+}
+
+/// Puts the spec words and the flags together into one spec text. A flag that repeats what
+/// the spec says is an error, never silently dropped: `--proto udp` with a spec that names
+/// `tcp`, `--src`/`--dst` beside a spec (which always names both), `--dscp` beside a spec's
+/// `dscp` ([`PacketSpec::parse`] refuses that one as given twice).
+///
+/// # Errors
+/// [`SpecError::FlagAndSpec`], or [`SpecError::NoPacket`] without a spec, `--src` or `--dst`.
+pub fn compose_spec(words: &[String], flags: &SpecFlags<'_>) -> Result<String, SpecError> {
+    let mut text = if words.is_empty() {
+        let (Some(src), Some(dst)) = (flags.src, flags.dst) else {
+            return Err(SpecError::NoPacket);
+        };
+        format!("{} {src} > {dst}", flags.proto.unwrap_or("tcp"))
+    } else {
+        let given = [("--src", flags.src), ("--dst", flags.dst)];
+        if let Some((flag, _)) = given.iter().find(|(_, v)| v.is_some()) {
+            return Err(SpecError::FlagAndSpec {
+                flag,
+                what: "names the source and destination",
+            });
+        }
+        let joined = words.join(" ");
+        match flags.proto {
+            None => joined,
+            Some(proto) => {
+                let spaced = joined.replace('>', " > ");
+                let before_arrow = spaced.split_whitespace().position(|w| w == ">");
+                if before_arrow == Some(2) {
+                    return Err(SpecError::FlagAndSpec {
+                        flag: "--proto",
+                        what: "names the protocol",
+                    });
+                }
+                format!("{proto} {joined}")
+            }
+        }
+    };
+    if let Some(d) = flags.dscp {
+        text.push_str(&format!(" dscp {d}"));
+    }
+    Ok(text)
+}
+
+fn parse_vlan_id(s: &str) -> Option<u16> {
+    keywords::parse_c_u32(s)
+        .filter(|v| *v < 4096)
+        .map(|v| v as u16)
 }
 
 /// Parses a DSCP number or name.
@@ -156,6 +253,8 @@ fn parse_protocol(s: &str) -> Option<u8> {
         "icmp" => wire::protocol::ICMP,
         "icmpv6" | "icmp6" => wire::protocol::ICMPV6,
         "sctp" => wire::protocol::SCTP,
+        "dccp" => wire::protocol::DCCP,
+        "udplite" | "udp-lite" => wire::protocol::UDPLITE,
         other => return other.parse().ok(),
     })
 }
@@ -223,6 +322,7 @@ impl PacketSpec {
             ecn: 0,
             flow_label: 0,
             mark: 0,
+            vlan: Vec::new(),
         };
         let mut rest = words[arrow + 2..].iter();
         let mut seen: Vec<&str> = Vec::new();
@@ -257,6 +357,13 @@ impl PacketSpec {
                         .ok_or_else(missing)?;
                 }
                 "mark" => p.mark = val.and_then(keywords::parse_c_u32).ok_or_else(missing)?,
+                "vlan" => {
+                    let v = val.ok_or_else(missing)?;
+                    let ids: Option<Vec<u16>> = v.split('.').map(parse_vlan_id).collect();
+                    p.vlan = ids
+                        .filter(|ids| ids.len() <= 2)
+                        .ok_or_else(|| SpecError::BadVlan(v.to_string()))?;
+                }
                 _ => return Err(SpecError::BadKeyword(kw.to_string())),
             }
         }
@@ -293,17 +400,39 @@ impl PacketSpec {
                     payload_len: 64,
                 },
             ),
-            _ => None,
+            // Every other protocol as its header bytes: SCTP, DCCP and UDP-Lite start with
+            // the ports, which the parser hashes; for the rest the bytes mean nothing to it.
+            other => wire::build_ports_frame(
+                &mut buf,
+                self.src,
+                self.dst,
+                other,
+                self.src_port,
+                self.dst_port,
+                self.dscp,
+                self.ecn,
+                64,
+            ),
         };
-        let mut meta = match built {
-            Some(len) => {
-                if let (IpAddr::V6(_), Some(f)) = (self.src, buf.get_mut(14..18)) {
-                    f[1] = (f[1] & 0xf0) | ((self.flow_label >> 16) as u8 & 0x0f);
-                    f[2] = (self.flow_label >> 8) as u8;
-                    f[3] = self.flow_label as u8;
-                }
-                wire::parse(&buf[..len]).meta
+        let built = built.and_then(|mut len| {
+            if let (IpAddr::V6(_), Some(f)) = (self.src, buf.get_mut(14..18)) {
+                f[1] = (f[1] & 0xf0) | ((self.flow_label >> 16) as u8 & 0x0f);
+                f[2] = (self.flow_label >> 8) as u8;
+                f[3] = self.flow_label as u8;
             }
+            // Innermost first: each tag goes right after the MAC addresses.
+            for (i, id) in self.vlan.iter().enumerate().rev() {
+                let tpid = if i == 0 && self.vlan.len() > 1 {
+                    0x88a8
+                } else {
+                    0x8100
+                };
+                len = wire::push_vlan_tag(&mut buf, len, tpid, *id)?;
+            }
+            Some(len)
+        });
+        let mut meta = match built {
+            Some(len) => wire::parse(&buf[..len]).meta,
             None => self.meta_without_ports(),
         };
         meta.mark = self.mark;
@@ -433,20 +562,36 @@ impl fmt::Display for Explanation {
         let dscp_name = dscp_name(m.dscp)
             .map(|n| format!(" ({n})"))
             .unwrap_or_default();
+        let vlan = match s.vlan.as_slice() {
+            [] => String::new(),
+            ids => format!(
+                " vlan {}",
+                ids.iter().map(u16::to_string).collect::<Vec<_>>().join(".")
+            ),
+        };
         writeln!(
             f,
-            "packet:     proto {} {} > {} dscp {}{} ecn {}",
-            s.protocol,
+            "packet:     {} {} > {} dscp {}{} ecn {}{vlan}",
+            protocol_name(s.protocol),
             show_addr(s.src, s.src_port),
             show_addr(s.dst, s.dst_port),
             m.dscp,
             dscp_name,
             m.ecn
         )?;
+        let tags = match (usize::from(m.l2_len).saturating_sub(14)) / 4 {
+            0 => String::new(),
+            1 => ", behind 1 VLAN tag".to_string(),
+            n => format!(", behind {n} VLAN tags"),
+        };
         writeln!(
             f,
-            "parsed:     {:?} ports {} > {} flow label {:#x}",
-            m.keys.l3, m.keys.src_port, m.keys.dst_port, m.keys.flow_label
+            "parsed:     {:?} {} ports {} > {} flow label {:#x}{tags}",
+            m.keys.l3,
+            protocol_name(m.keys.protocol),
+            m.keys.src_port,
+            m.keys.dst_port,
+            m.keys.flow_label
         )?;
         writeln!(
             f,
@@ -634,6 +779,117 @@ mod tests {
             explain(&p, &CakeConfig::default(), 1).unwrap().fifo_band,
             None
         );
+    }
+
+    #[test]
+    fn sctp_and_dccp_ports_are_hashed_as_the_data_path_hashes_them() {
+        for (name, proto) in [("sctp", 132), ("dccp", 33), ("udplite", 136)] {
+            let p = PacketSpec::parse(&format!("{name} 10.0.0.1:1 > 10.0.0.2:80")).unwrap();
+            let e = explain(&p, &CakeConfig::default(), 2).unwrap();
+            assert_eq!(
+                (
+                    e.meta.keys.protocol,
+                    e.meta.keys.src_port,
+                    e.meta.keys.dst_port
+                ),
+                (proto, 1, 80),
+                "{name}"
+            );
+            let shown = e.to_string();
+            assert!(
+                shown.contains(&format!("packet:     {name} 10.0.0.1:1 > 10.0.0.2:80"))
+                    && shown.contains(&format!("Ipv4 {name} ports 1 > 80")),
+                "{shown}"
+            );
+            // Another port pair is another flow, as it is for the data path.
+            let q = PacketSpec::parse(&format!("{name} 10.0.0.1:2 > 10.0.0.2:80")).unwrap();
+            let other = explain(&q, &CakeConfig::default(), 2).unwrap();
+            assert_ne!(e.class.flow_hash, other.class.flow_hash, "{name}");
+        }
+    }
+
+    #[test]
+    fn protocols_are_shown_by_name() {
+        let p = PacketSpec::parse("tcp 10.0.0.1:1234 > 10.0.0.2:80").unwrap();
+        let shown = explain(&p, &CakeConfig::default(), 1).unwrap().to_string();
+        assert!(
+            shown.starts_with("packet:     tcp 10.0.0.1:1234"),
+            "{shown}"
+        );
+        assert!(!shown.contains("proto 6"), "{shown}");
+        assert_eq!(protocol_name(47), "proto 47");
+        let p = PacketSpec::parse("47 10.0.0.1 > 10.0.0.2").unwrap();
+        let shown = explain(&p, &CakeConfig::default(), 1).unwrap().to_string();
+        assert!(shown.starts_with("packet:     proto 47 "), "{shown}");
+    }
+
+    #[test]
+    fn vlan_tags_in_the_spec_reach_the_parser_and_do_not_change_the_flow() {
+        let plain = PacketSpec::parse("udp 10.0.0.1:5 > 10.0.0.2:53 dscp ef").unwrap();
+        let tagged = PacketSpec::parse("udp 10.0.0.1:5 > 10.0.0.2:53 dscp ef vlan 100").unwrap();
+        let qinq = PacketSpec::parse("udp 10.0.0.1:5 > 10.0.0.2:53 dscp ef vlan 100.20").unwrap();
+        assert_eq!(tagged.vlan, vec![100]);
+        assert_eq!(qinq.vlan, vec![100, 20]);
+        let cake = CakeConfig::default();
+        let (e0, e1, e2) = (
+            explain(&plain, &cake, 4).unwrap(),
+            explain(&tagged, &cake, 4).unwrap(),
+            explain(&qinq, &cake, 4).unwrap(),
+        );
+        assert_eq!((e1.meta.l2_len, e2.meta.l2_len), (18, 22));
+        for e in [&e1, &e2] {
+            assert_eq!(e.meta.keys, e0.meta.keys);
+            assert_eq!(
+                (e.queue, e.class.tin, e.class.flow),
+                (e0.queue, e0.class.tin, e0.class.flow)
+            );
+        }
+        let shown = e2.to_string();
+        assert!(
+            shown.contains("ecn 0 vlan 100.20") && shown.contains("behind 2 VLAN tags"),
+            "{shown}"
+        );
+        for bad in ["vlan 4096", "vlan x", "vlan 1.2.3", "vlan"] {
+            let e = PacketSpec::parse(&format!("10.0.0.1 > 10.0.0.2 {bad}")).unwrap_err();
+            assert!(
+                matches!(e, SpecError::BadVlan(_) | SpecError::BadKeyword(_)),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn flags_that_repeat_the_spec_are_refused_not_ignored() {
+        let words = |s: &str| vec![s.to_string()];
+        let flags = SpecFlags {
+            proto: Some("udp"),
+            ..SpecFlags::default()
+        };
+        let e = compose_spec(&words("tcp 10.0.0.1:1 > 10.0.0.2:2"), &flags).unwrap_err();
+        assert!(e.to_string().starts_with("--proto is given as well"), "{e}");
+        // A spec without a protocol takes the flag's.
+        let t = compose_spec(&words("10.0.0.1:1 > 10.0.0.2:2"), &flags).unwrap();
+        assert_eq!(PacketSpec::parse(&t).unwrap().protocol, 17);
+        let src = SpecFlags {
+            src: Some("10.0.0.9"),
+            ..SpecFlags::default()
+        };
+        assert!(compose_spec(&words("10.0.0.1 > 10.0.0.2"), &src).is_err());
+        assert_eq!(compose_spec(&[], &src), Err(SpecError::NoPacket));
+        let only_flags = SpecFlags {
+            proto: Some("sctp"),
+            src: Some("10.0.0.1:7"),
+            dst: Some("10.0.0.2:9"),
+            dscp: Some("ef"),
+        };
+        let p = PacketSpec::parse(&compose_spec(&[], &only_flags).unwrap()).unwrap();
+        assert_eq!((p.protocol, p.src_port, p.dscp), (132, 7, 46));
+        let dscp = SpecFlags {
+            dscp: Some("cs1"),
+            ..SpecFlags::default()
+        };
+        let t = compose_spec(&words("10.0.0.1 > 10.0.0.2 dscp ef"), &dscp).unwrap();
+        assert!(matches!(PacketSpec::parse(&t), Err(SpecError::Repeated(_))));
     }
 
     #[test]

@@ -152,6 +152,64 @@ fn explain_with_a_bad_spec_says_what_to_write() {
     );
 }
 
+#[test]
+fn explain_answers_as_the_data_path_for_sctp_vlan_and_refuses_a_second_protocol() {
+    let o = cakewalk(&["explain", "sctp 10.0.0.1:1 > 10.0.0.2:80 vlan 100"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("packet:     sctp 10.0.0.1:1 > 10.0.0.2:80")
+            && out.contains("Ipv4 sctp ports 1 > 80")
+            && out.contains("behind 1 VLAN tag"),
+        "{out}"
+    );
+    let o = cakewalk(&["explain", "--proto", "udp", "tcp 10.0.0.1:1 > 10.0.0.2:2"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("--proto is given as well as a packet spec that names the protocol"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cakewalk(&["explain", "--proto", "dccp", "10.0.0.1:1 > 10.0.0.2:2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("dccp ports 1 > 2"), "{}", stdout(&o));
+}
+
+#[test]
+fn from_tc_refuses_every_non_cake_qdisc_and_keeps_what_it_cannot_convert_in_view() {
+    for cmd in [
+        "tc qdisc add dev eth0 ingress",
+        "tc qdisc add dev eth0 root fq_codel",
+        "tc qdisc add dev eth0 root handle 1: htb default 10",
+    ] {
+        let o = cakewalk(&["from-tc", cmd]);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", stdout(&o));
+        assert!(stdout(&o).is_empty(), "{cmd}: {}", stdout(&o));
+        assert!(stderr(&o).contains("is not cake"), "{cmd}: {}", stderr(&o));
+    }
+    let o = cakewalk(&[
+        "from-tc",
+        "tc qdisc add dev eth0 parent 1:10 cake bandwidth 20mbit ack-filter",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert!(out.contains("ack_filter = true\n"), "{out}");
+    assert!(out.contains("iface = \"eth0\""), "{out}");
+    assert!(
+        err.starts_with("warning: 'parent 1:10'") && err.contains("hierarchy is lost"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_prometheus_flag_suggests_the_documented_port() {
+    let out = stdout(&cakewalk(&["run", "--help"]));
+    assert!(
+        out.contains("127.0.0.1:9187") && !out.contains("9100"),
+        "{out}"
+    );
+}
+
 /// The option strings of the kernel's tc-testing `qdiscs/cake.json`.
 const TC_TESTING: [&str; 17] = [
     "bandwidth 1000",

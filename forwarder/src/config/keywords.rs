@@ -67,6 +67,19 @@ pub enum TcError {
         /// Why, and what to do instead.
         fix: String,
     },
+    /// A tc command for another qdisc (`fq_codel`, `ingress`, `htb`): there is nothing of
+    /// cake in it to convert.
+    #[error("'{qdisc}' is not cake: from-tc converts 'tc qdisc add dev DEV root cake ...' (or cake_mq) lines only; for an IFB ingress set-up, convert the cake line on the IFB device and set ingress = true")]
+    NotCake {
+        /// The qdisc kind the command names.
+        qdisc: String,
+    },
+    /// A tc command that names no qdisc kind at all.
+    #[error("'{command}' names no qdisc; give the whole line, as in 'tc qdisc add dev eth0 root cake bandwidth 100mbit'")]
+    NoQdisc {
+        /// The command as given.
+        command: String,
+    },
     /// `help` was asked for.
     #[error("{}", USAGE)]
     Help,

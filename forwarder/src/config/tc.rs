@@ -1,33 +1,85 @@
 //! `cakewalk from-tc`: turns a tc cake command or option string into the equivalent
 //! `[shaper]` TOML section. Accepts the bare options (`"bandwidth 100mbit besteffort"`) or a
 //! whole command (`"tc qdisc add dev eth0 root cake bandwidth 100mbit"`, also `replace`,
-//! `change`, `handle 1:`, `parent 1:1`), and prints only what the string sets.
+//! `change`, `handle 1:`, `parent 1:1`), and prints only what the string sets, plus comments
+//! on where the command's `dev` goes and what a `parent` loses. Commands for any other qdisc
+//! (`fq_codel`, `ingress`, `htb`) are refused: there is no cake in them to convert.
 
 use std::fmt::Write as _;
 
-use qdisc::cake::AtmMode;
+use qdisc::cake::{AckFilterMode, AtmMode};
 
 use super::keywords::{self, CakeOptions, TcError};
 use super::units;
 
-/// Strips a leading `tc qdisc add|replace|change|del dev X [root|parent P] [handle H] cake`
-/// prefix, returning the option words after `cake`. A string without `cake` in it is taken as
-/// bare options.
+/// What a `tc qdisc ...` line says around the cake options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TcCommand<'a> {
+    /// The device (`dev eth0`): the one whose egress tc shaped.
+    pub dev: Option<&'a str>,
+    /// The parent (`parent 1:1`): cake was a leaf under another qdisc.
+    pub parent: Option<&'a str>,
+    /// The option words after `cake` (or all of them, for a bare option string).
+    pub options: Vec<&'a str>,
+}
+
+/// Reads a `tc qdisc add|replace|change dev X [root|parent P] [handle H] cake OPTIONS` line,
+/// or bare cake options when the string does not start like tc.
 ///
 /// # Errors
-/// [`TcError::Unknown`] when the command names another qdisc (`... root fq_codel`).
-pub fn option_words(input: &str) -> Result<Vec<&str>, TcError> {
+/// [`TcError::NotCake`] when the command names another qdisc (`... root fq_codel`,
+/// `... ingress`), [`TcError::NoQdisc`] when it names none, [`TcError::Unknown`] for a word
+/// that is not part of a tc qdisc command.
+pub fn parse_command(input: &str) -> Result<TcCommand<'_>, TcError> {
     let words: Vec<&str> = input.split_whitespace().collect();
     let starts_like_tc = matches!(words.first(), Some(&"tc") | Some(&"qdisc"));
     if !starts_like_tc {
-        return Ok(words);
+        return Ok(TcCommand {
+            options: words,
+            ..TcCommand::default()
+        });
     }
+    let mut cmd = TcCommand::default();
+    // True where tc expects the qdisc kind: after `root`, or after a parent or handle.
+    let mut kind_here = false;
     let mut i = 0;
     while i < words.len() {
+        let value = words.get(i + 1).copied();
         match words[i] {
-            "tc" | "qdisc" | "add" | "replace" | "change" | "root" | "ingress" | "clsact" => i += 1,
-            "dev" | "parent" | "handle" | "estimator" | "stab" => i += 2,
-            "cake" | "cake_mq" => return Ok(words[i + 1..].to_vec()),
+            "tc" | "qdisc" | "add" | "replace" | "change" => i += 1,
+            "root" => {
+                kind_here = true;
+                i += 1;
+            }
+            "dev" => {
+                cmd.dev = value;
+                i += 2;
+            }
+            "parent" => {
+                cmd.parent = value;
+                kind_here = true;
+                i += 2;
+            }
+            "handle" => {
+                kind_here = true;
+                i += 2;
+            }
+            "estimator" | "stab" => i += 2,
+            "cake" | "cake_mq" => {
+                cmd.options = words[i + 1..].to_vec();
+                return Ok(cmd);
+            }
+            // The ingress and clsact qdiscs take no parent: their name is the kind itself.
+            kind @ ("ingress" | "clsact") => {
+                return Err(TcError::NotCake {
+                    qdisc: kind.to_string(),
+                })
+            }
+            kind if kind_here => {
+                return Err(TcError::NotCake {
+                    qdisc: kind.to_string(),
+                })
+            }
             other => {
                 return Err(TcError::Unknown {
                     word: other.to_string(),
@@ -37,8 +89,26 @@ pub fn option_words(input: &str) -> Result<Vec<&str>, TcError> {
             }
         }
     }
-    // `tc qdisc add dev eth0 root` with no qdisc kind: nothing to convert.
-    Ok(Vec::new())
+    Err(TcError::NoQdisc {
+        command: input.trim().to_string(),
+    })
+}
+
+/// The option words of a tc cake command or option string ([`parse_command`]).
+///
+/// # Errors
+/// As [`parse_command`].
+pub fn option_words(input: &str) -> Result<Vec<&str>, TcError> {
+    parse_command(input).map(|c| c.options)
+}
+
+/// A converted tc line: the `[shaper]` section and what the conversion could not carry over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conversion {
+    /// The `[shaper]` section, with comments that say where `dev` goes.
+    pub toml: String,
+    /// What is lost in the conversion (a parent qdisc's hierarchy), for standard error.
+    pub warnings: Vec<String>,
 }
 
 /// Converts a tc cake command or option string to a `[shaper]` TOML section.
@@ -52,9 +122,18 @@ pub fn option_words(input: &str) -> Result<Vec<&str>, TcError> {
 /// assert!(toml.contains("bandwidth = \"1kbit\""));
 /// ```
 pub fn to_toml(input: &str) -> Result<String, TcError> {
-    let words = option_words(input)?;
+    convert(input).map(|c| c.toml)
+}
+
+/// [`to_toml`], with the warnings about what the tc line meant that cakewalk cannot do.
+///
+/// # Errors
+/// As [`to_toml`].
+pub fn convert(input: &str) -> Result<Conversion, TcError> {
+    let cmd = parse_command(input)?;
+    let words = &cmd.options;
     let mut options = CakeOptions::default();
-    options.apply_words(&words)?;
+    options.apply_words(words)?;
     // "cake_mq" can only be the qdisc kind here: as an option word it would have failed.
     let is_cake_mq = input.split_whitespace().any(|w| w == "cake_mq");
     if is_cake_mq && options.autorate_ingress == Some(true) {
@@ -69,7 +148,27 @@ pub fn to_toml(input: &str) -> Result<String, TcError> {
             ),
         });
     }
-    Ok(render(&options, &words.join(" ")))
+    let mut toml = String::new();
+    if let Some(dev) = cmd.dev {
+        // cakewalk shapes what it transmits on a port; tc's root cake on `dev` shaped what
+        // left `dev`. Forwarding A -> B, the uplink's egress is port B's.
+        let _ = writeln!(
+            toml,
+            "# dev {dev}: tc shaped what leaves {dev}; in cakewalk that is the egress of the port whose\n\
+             # interface is {dev}. When {dev} is the uplink, make it port b (what arrives on port a\n\
+             # leaves on port b): [ports.b] kind = \"afpacket\", iface = \"{dev}\"."
+        );
+    }
+    let mut warnings = Vec::new();
+    if let Some(parent) = cmd.parent {
+        let lost = format!(
+            "'parent {parent}' makes this cake a leaf under another qdisc (an HTB class, say); cakewalk runs cake at the top of the port, so that hierarchy is lost (the parent's rate limit, its classes and filters): set bandwidth to the rate the parent class allowed"
+        );
+        let _ = writeln!(toml, "# warning: {lost}");
+        warnings.push(lost);
+    }
+    toml.push_str(&render(&options, &words.join(" ")));
+    Ok(Conversion { toml, warnings })
 }
 
 /// Renders `options` as a `[shaper]` section, with `source` as a comment.
@@ -113,10 +212,13 @@ pub fn render(o: &CakeOptions, source: &str) -> String {
         line("ingress", v.to_string());
     }
     if let Some(v) = o.ack_filter {
-        line(
-            "ack_filter",
-            format!("\"{}\"", keywords::ack_filter_name(v)),
-        );
+        // As the config file writes it: false, true or "aggressive".
+        let value = match v {
+            AckFilterMode::Off => "false".to_string(),
+            AckFilterMode::Filter => "true".to_string(),
+            AckFilterMode::Aggressive => "\"aggressive\"".to_string(),
+        };
+        line("ack_filter", value);
     }
     if let Some(v) = o.memlimit {
         line("memlimit", format!("\"{}\"", units::format_size(v)));
@@ -228,6 +330,69 @@ mod tests {
         }
         let e = to_toml("tc qdisc add dev eth0 root fq_codel").unwrap_err();
         assert!(e.to_string().contains("'fq_codel'"));
+    }
+
+    #[test]
+    fn commands_for_other_qdiscs_or_none_are_refused() {
+        for (cmd, kind) in [
+            ("tc qdisc add dev eth0 ingress", "ingress"),
+            ("tc qdisc add dev eth0 handle ffff: ingress", "ingress"),
+            ("tc qdisc add dev eth0 clsact", "clsact"),
+            ("tc qdisc add dev eth0 root fq_codel", "fq_codel"),
+            ("tc qdisc add dev eth0 root handle 1: htb default 10", "htb"),
+            ("tc qdisc add dev eth0 parent 1:1 sfq", "sfq"),
+        ] {
+            let e = to_toml(cmd).unwrap_err();
+            assert_eq!(
+                e,
+                TcError::NotCake {
+                    qdisc: kind.to_string()
+                },
+                "{cmd}"
+            );
+            assert!(e.to_string().contains("is not cake"), "{e}");
+        }
+        let e = to_toml("tc qdisc add dev eth0 root").unwrap_err();
+        assert!(e.to_string().contains("names no qdisc"), "{e}");
+    }
+
+    #[test]
+    fn the_ack_filter_is_written_as_the_config_file_writes_it() {
+        let t = to_toml("ack-filter").unwrap();
+        assert!(t.contains("ack_filter = true\n"), "{t}");
+        let t = to_toml("ack-filter-aggressive").unwrap();
+        assert!(t.contains("ack_filter = \"aggressive\"\n"), "{t}");
+        let t = to_toml("no-ack-filter").unwrap();
+        assert!(t.contains("ack_filter = false\n"), "{t}");
+    }
+
+    #[test]
+    fn the_dev_is_named_with_its_port_and_a_parent_is_warned_about() {
+        let c = convert("tc qdisc replace dev eth0 root cake bandwidth 45mbit").unwrap();
+        assert!(
+            c.toml.contains("# dev eth0: tc shaped what leaves eth0")
+                && c.toml
+                    .contains("[ports.b] kind = \"afpacket\", iface = \"eth0\""),
+            "{}",
+            c.toml
+        );
+        assert!(c.warnings.is_empty());
+        let c =
+            convert("tc qdisc add dev eth0 parent 1:10 handle 10: cake bandwidth 20mbit").unwrap();
+        assert_eq!(c.warnings.len(), 1);
+        assert!(
+            c.warnings[0].contains("'parent 1:10'") && c.warnings[0].contains("hierarchy is lost"),
+            "{:?}",
+            c.warnings
+        );
+        assert!(c.toml.contains("# warning: 'parent 1:10'"), "{}", c.toml);
+        // Bare options say nothing about a device.
+        let c = convert("bandwidth 10mbit").unwrap();
+        assert!(
+            !c.toml.contains("dev") && c.warnings.is_empty(),
+            "{}",
+            c.toml
+        );
     }
 
     #[test]

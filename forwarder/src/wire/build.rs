@@ -152,6 +152,49 @@ pub fn build_udp_frame(
     Some(l4_start + l4_len)
 }
 
+/// Writes an Ethernet + IPv4/IPv6 frame carrying protocol `proto` whose upper-layer header
+/// starts with the two ports, as SCTP, DCCP and UDP-Lite headers do, followed by zeros up to
+/// `l4_len` bytes (no upper-layer checksum). For a protocol without ports the port bytes are
+/// just its first four header bytes. Returns the frame length, or `None` as
+/// [`build_udp_frame`] does.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "mirrors the header fields one to one, as build_udp_frame"
+)]
+pub fn build_ports_frame(
+    buf: &mut [u8],
+    src: IpAddr,
+    dst: IpAddr,
+    proto: u8,
+    src_port: u16,
+    dst_port: u16,
+    dscp: u8,
+    ecn: u8,
+    l4_len: usize,
+) -> Option<usize> {
+    let l4_len = l4_len.max(4);
+    let (l4_start, _) = write_l2_l3(buf, src, dst, dscp, ecn, proto, l4_len)?;
+    let l4 = buf.get_mut(l4_start..l4_start + l4_len)?;
+    l4.fill(0);
+    l4[0..2].copy_from_slice(&src_port.to_be_bytes());
+    l4[2..4].copy_from_slice(&dst_port.to_be_bytes());
+    Some(l4_start + l4_len)
+}
+
+/// Inserts a VLAN tag (`tpid`, `tci`) after the MAC addresses of the `len`-byte frame at the
+/// start of `buf`, as a tagging switch port would; returns the new length, or `None` when
+/// `buf` has no room for four more bytes or the frame is shorter than its MAC addresses.
+pub fn push_vlan_tag(buf: &mut [u8], len: usize, tpid: u16, tci: u16) -> Option<usize> {
+    const MACS: usize = 12;
+    if len < MACS || len + 4 > buf.len() {
+        return None;
+    }
+    buf.copy_within(MACS..len, MACS + 4);
+    buf[MACS..MACS + 2].copy_from_slice(&tpid.to_be_bytes());
+    buf[MACS + 2..MACS + 4].copy_from_slice(&tci.to_be_bytes());
+    Some(len + 4)
+}
+
 /// Writes an Ethernet + IPv4/IPv6 + TCP frame described by `spec` into `buf`, with valid
 /// checksums. Returns the frame length, or `None` when `buf` is too small, the addresses are
 /// of different families or the options exceed 40 bytes.
@@ -247,6 +290,25 @@ mod tests {
         assert_eq!(build_udp_frame(&mut buf, v4, v4, 1, 2, 0, 0, 100), None);
         let mut big = [0u8; 200];
         assert_eq!(build_udp_frame(&mut big, v4, v6, 1, 2, 0, 0, 10), None);
+    }
+
+    #[test]
+    fn ports_frames_parse_with_their_ports_and_tags_go_after_the_macs() {
+        let mut buf = [0u8; 256];
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let n = build_ports_frame(&mut buf, a, b, protocol::SCTP, 1, 80, 0, 0, 16).unwrap();
+        assert_eq!(n, 14 + 20 + 16);
+        assert!(checksum::sum(0, &buf[14..34]) == 0xffff);
+        let m = crate::wire::parse(&buf[..n]).meta;
+        assert_eq!(
+            (m.keys.protocol, m.keys.src_port, m.keys.dst_port),
+            (132, 1, 80)
+        );
+        let n = push_vlan_tag(&mut buf, n, 0x8100, 100).unwrap();
+        assert_eq!(&buf[12..18], &[0x81, 0x00, 0, 100, 0x08, 0x00]);
+        let m = crate::wire::parse(&buf[..n]).meta;
+        assert_eq!((m.l2_len, m.keys.dst_port), (18, 80));
+        assert_eq!(push_vlan_tag(&mut buf[..n + 3], n, 0x8100, 1), None);
     }
 
     #[test]

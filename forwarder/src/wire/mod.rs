@@ -21,7 +21,9 @@ mod offload;
 mod parse;
 pub mod tcp;
 
-pub use build::{build_tcp_frame, build_udp_frame, TcpSpec, DST_MAC, SRC_MAC};
+pub use build::{
+    build_ports_frame, build_tcp_frame, build_udp_frame, push_vlan_tag, TcpSpec, DST_MAC, SRC_MAC,
+};
 pub use ecn::{set_ce, set_ce_at, wash_dscp};
 pub use offload::complete_partial_checksum;
 pub use parse::{parse, parse_into, protocol, tcp_ack_info, Malformed, Parsed, ARP_DSCP};

@@ -455,6 +455,7 @@ fn queue_options(config: &Config) -> TxQueueOptions {
 pub fn run(config: Config) -> anyhow::Result<()> {
     let ecfg: EngineConfig = config.engine.clone();
     ecfg.timing()?;
+    crate::flow_key::install_queue_key(config.shaper.seed);
     let dpdk = [config.ports.a.kind, config.ports.b.kind].map(|k| k == PortKind::Dpdk);
     if dpdk[0] || dpdk[1] {
         if !(dpdk[0] && dpdk[1]) {

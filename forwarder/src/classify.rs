@@ -2,14 +2,12 @@
 //! CAKE sees the whole flow and nothing is reordered), and flows should spread evenly.
 //!
 //! The queue comes from the flow hash: the NIC's L4 RSS hash when it is valid and no rewrite
-//! changed the keys, otherwise a cheap keyed, direction-symmetric hash of the
-//! 5-tuple. The *high* bits pick the queue (`(hash × n) >> 32`) because CAKE indexes its
-//! flow table with the low ones; non-IP packets (flow 0) go to queue 0.
+//! changed the keys, otherwise a cheap keyed, direction-symmetric hash of the 5-tuple
+//! (keyed by [`crate::flow_key`]: secret unless `shaper.seed` is set). The *high* bits pick
+//! the queue (`(hash × n) >> 32`) because CAKE indexes its flow table with the low ones;
+//! non-IP packets (flow 0) go to queue 0.
 
 use qdisc::PacketMeta;
-
-/// Seed of the queue-selection hash. Fixed, so a replay picks the same queues.
-pub const QUEUE_HASH_SEED: u64 = 0x7c5e_9a11_d00d_f00d;
 
 /// Returns the flow hash used for queue selection: the precomputed L4 hash when it may be
 /// reused, else [`flow_hash`] of the keys.
@@ -66,7 +64,7 @@ pub fn queue_index(hash: u32, n: usize) -> usize {
 /// The keyed, direction-symmetric flow hash of `meta`'s keys (0 for non-IP).
 #[inline]
 pub fn flow_hash(meta: &PacketMeta) -> u32 {
-    qdisc::cake::flow_hash(&meta.keys, QUEUE_HASH_SEED)
+    qdisc::cake::flow_hash(&meta.keys, crate::flow_key::current_queue_key())
 }
 
 #[cfg(test)]

@@ -541,7 +541,10 @@ fn explain_cmd(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     )?;
     let spec = explain::PacketSpec::parse(&spec_text)?;
     let queues = config.engine.tx_queues.max(1);
-    let e = explain::explain_queue(&spec, config.shaper.queue, &config.to_cake_config(), queues)?;
+    crate::flow_key::install_queue_key(config.shaper.seed);
+    let mut e =
+        explain::explain_queue(&spec, config.shaper.queue, &config.to_cake_config(), queues)?;
+    e.seeded = config.shaper.seed.is_some();
     out(&e.to_string())?;
     Ok(ExitCode::SUCCESS)
 }

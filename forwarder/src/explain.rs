@@ -486,6 +486,10 @@ pub struct Explanation {
     /// With the FIFO as the queue (`queue = "fifo"`): its band (0 first), and CAKE's
     /// classification does not apply.
     pub fifo_band: Option<usize>,
+    /// The hashes were keyed by a configured `shaper.seed` (the same in every process with
+    /// that seed); false: by this process's random key, which a running forwarder does not
+    /// share.
+    pub seeded: bool,
 }
 
 /// A stand-in packet type: classification never looks at a packet, only at its meta.
@@ -544,6 +548,7 @@ pub fn explain_queue(
         cake: cake.clone(),
         class: instance.classify(&meta),
         fifo_band: (kind == QueueKind::Fifo).then(|| qdisc::fifo::band_for_dscp(meta.dscp)),
+        seeded: false,
     })
 }
 
@@ -598,6 +603,17 @@ impl fmt::Display for Explanation {
             "tx queue:   {} of {} (queue hash {:#010x})",
             self.queue, self.n_queues, self.queue_hash
         )?;
+        if self.seeded {
+            writeln!(
+                f,
+                "hash key:   shaper.seed: a forwarder with the same seed computes the same hashes, queue and flow"
+            )?;
+        } else {
+            writeln!(
+                f,
+                "hash key:   drawn at random by this process: a running forwarder keys its hashes with its own secret key, so its queue, flow and host ids for this packet differ from these; set shaper.seed for ids that match (replays, tests)"
+            )?;
+        }
         if let Some(band) = self.fifo_band {
             return writeln!(
                 f,
@@ -730,6 +746,11 @@ mod tests {
         assert_eq!(e.queue, classify::tx_queue_for(&e.meta, 4));
         assert!(e.to_string().contains("tx queue:"));
         assert_eq!((e.class.tin, e.class.tin_name), (2, "Voice"));
+        assert!(e
+            .to_string()
+            .contains("hash key:   drawn at random by this process"));
+        let seeded = Explanation { seeded: true, ..e };
+        assert!(seeded.to_string().contains("hash key:   shaper.seed"));
     }
 
     #[test]

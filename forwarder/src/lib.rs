@@ -26,6 +26,7 @@ pub mod config;
 pub mod control;
 pub mod engine;
 pub mod explain;
+pub mod flow_key;
 pub mod port;
 pub mod preflight;
 pub mod reload;

@@ -135,6 +135,10 @@ pub struct ShaperConfig {
     pub sync_policy: SyncPolicy,
     /// Allow the empty-queue enqueue bypass (default on).
     pub bypass: bool,
+    /// The configured `seed`: CAKE's random numbers and the flow hash key. `None`: the
+    /// random numbers use CAKE's default seed and the key is drawn at random per process
+    /// ([`crate::flow_key`]).
+    pub seed: Option<u64>,
 }
 
 impl Default for ShaperConfig {
@@ -146,6 +150,7 @@ impl Default for ShaperConfig {
             sync_interval_ns: 200_000,
             sync_policy: SyncPolicy::WorkConserving,
             bypass: true,
+            seed: None,
         }
     }
 }
@@ -533,6 +538,7 @@ impl RawShaper {
         }
         if let Some(seed) = self.seed {
             shaper.cake.seed = seed;
+            shaper.seed = Some(seed);
         }
         if let Some(q) = &self.queue {
             shaper.queue = match q.trim() {
@@ -616,7 +622,14 @@ impl ShaperConfig {
         }
         let _ = writeln!(out, "packet_limit = {}", c.packet_limit);
         let _ = writeln!(out, "mtu = {}", c.mtu);
-        let _ = writeln!(out, "seed = {}", c.seed);
+        match self.seed {
+            Some(seed) => {
+                let _ = writeln!(out, "seed = {seed}");
+            }
+            None => out.push_str(
+                "# seed: not set; the flow hash key is drawn at random when the forwarder starts\n",
+            ),
+        }
         let _ = writeln!(out, "queue = \"{}\"", self.queue.name());
         let _ = writeln!(
             out,
@@ -1086,7 +1099,10 @@ impl Config {
 
     /// The CAKE configuration every TX queue starts with.
     pub fn to_cake_config(&self) -> CakeConfig {
-        self.shaper.cake.clone()
+        CakeConfig {
+            hash_key: crate::flow_key::cake_key(self.shaper.seed),
+            ..self.shaper.cake.clone()
+        }
     }
 
     /// Renders the effective configuration as TOML that reads back as the same
@@ -1220,7 +1236,14 @@ mod tests {
     #[test]
     fn an_empty_file_gives_the_defaults() {
         let c = Config::from_toml_str("").unwrap();
-        assert_eq!(c.to_cake_config(), CakeConfig::default());
+        let key = crate::flow_key::process_key();
+        assert_eq!(
+            c.to_cake_config(),
+            CakeConfig {
+                hash_key: key,
+                ..CakeConfig::default()
+            }
+        );
         assert_eq!(c.shaper.queue, QueueKind::Cake);
         assert_eq!(c.shaper.sync_interval_ns, 200_000);
         assert!(c.shaper.bypass);
@@ -1539,5 +1562,30 @@ mod tests {
         o.set("shaper.rate", "100mbit", "--rate");
         o.set("engine.burst", 64, "--set");
         assert!(Config::load(None, &o).is_ok());
+    }
+
+    #[test]
+    fn the_flow_hash_key_is_secret_unless_a_seed_is_configured() {
+        let unset = Config::from_toml_str("[shaper]\nrate = \"100mbit\"").unwrap();
+        let cake = unset.to_cake_config();
+        assert_eq!(cake.hash_key, crate::flow_key::process_key());
+        assert_eq!(
+            cake.seed,
+            CakeConfig::default().seed,
+            "the dither and BLUE random numbers stay seeded as before"
+        );
+        assert!(
+            unset
+                .effective()
+                .contains("# seed: not set; the flow hash key is drawn at random"),
+            "{}",
+            unset.effective()
+        );
+        let set = Config::from_toml_str("[shaper]\nseed = 7").unwrap();
+        let cake = set.to_cake_config();
+        assert_eq!((cake.hash_key, cake.seed), (7, 7));
+        assert!(set.effective().contains("\nseed = 7\n"));
+        let again = Config::from_toml_str(&set.effective()).unwrap();
+        assert_eq!(again.to_cake_config().hash_key, 7);
     }
 }

@@ -277,7 +277,8 @@ mod tests {
         let text = to_toml(options).unwrap();
         Config::from_toml_str(&text)
             .unwrap_or_else(|e| panic!("{options:?} -> {text}: {e}"))
-            .to_cake_config()
+            .shaper
+            .cake
     }
 
     #[test]

@@ -36,23 +36,23 @@ impl<P: Packet> Cake<P> {
     #[inline(always)]
     pub(super) fn hash_of(&self, meta: &PacketMeta) -> (u32, bool) {
         let mode = self.config.flow_mode as u8;
-        let seed = self.config.seed;
+        let key = self.config.hash_key;
         if mode & 4 != 0 {
             if let Some(h) = meta.l4_hash {
                 if !(self.config.nat && meta.keys_rewritten) {
                     return (h, true);
                 }
             }
-            return (flow_hash(&meta.keys, seed), false);
+            return (flow_hash(&meta.keys, key), false);
         }
         // Host-only modes (and flowblind) are the rare configurations.
         cold_path();
         let mut h = 0;
         if mode & 1 != 0 {
-            h ^= host_hash(&meta.keys, seed, false);
+            h ^= host_hash(&meta.keys, key, false);
         }
         if mode & 2 != 0 {
-            h ^= host_hash(&meta.keys, seed, true);
+            h ^= host_hash(&meta.keys, key, true);
         }
         (h, false)
     }
@@ -109,14 +109,14 @@ impl<P: Packet> Cake<P> {
             c.src_host = Some(if reuse {
                 usize::from(f.srchost)
             } else {
-                host(host_hash(&meta.keys, self.config.seed, false), false)
+                host(host_hash(&meta.keys, self.config.hash_key, false), false)
             });
         }
         if self.ddst {
             c.dst_host = Some(if reuse {
                 usize::from(f.dsthost)
             } else {
-                host(host_hash(&meta.keys, self.config.seed, true), true)
+                host(host_hash(&meta.keys, self.config.hash_key, true), true)
             });
         }
         c
@@ -180,7 +180,7 @@ impl<P: Packet> Cake<P> {
         self.tags[fid] = hash;
         if allocate {
             if self.dsrc {
-                let h = host_hash(&meta.keys, self.config.seed, false);
+                let h = host_hash(&meta.keys, self.config.hash_key, false);
                 let idx = self.alloc_host(base, h, false);
                 self.flows[fid].srchost = idx as u16;
                 if self.flows[fid].set == FlowSet::Bulk {
@@ -188,7 +188,7 @@ impl<P: Packet> Cake<P> {
                 }
             }
             if self.ddst {
-                let h = host_hash(&meta.keys, self.config.seed, true);
+                let h = host_hash(&meta.keys, self.config.hash_key, true);
                 let idx = self.alloc_host(base, h, true);
                 self.flows[fid].dsthost = idx as u16;
                 if self.flows[fid].set == FlowSet::Bulk {

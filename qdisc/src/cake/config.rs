@@ -135,6 +135,11 @@ pub struct CakeConfig {
     pub mtu: u32,
     /// Seed for the dither and BLUE random numbers; a replay with the same seed is identical.
     pub seed: u64,
+    /// Key of the flow and host hashes. Whoever knows it can craft 5-tuples that share one
+    /// set of flow buckets and defeat the flow isolation (hash flooding), so a forwarder
+    /// should draw it at random, as Linux keys its flow dissector at boot; a fixed key
+    /// gives replays that classify identically.
+    pub hash_key: u64,
 }
 
 impl Default for CakeConfig {
@@ -160,6 +165,7 @@ impl Default for CakeConfig {
             packet_limit: 10240,
             mtu: 1514,
             seed: 0x5eed_cafe,
+            hash_key: 0x5eed_cafe,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Hitless runtime changes over a Unix socket, and the client `cakewalk ctl` uses.
 //!
 //! The protocol is one text command per line, one reply per command (the reply ends with an
-//! empty line); the client sends its command, closes its write side and reads to the end:
+//! empty line); the client sends its command, closes its write side and reads to the end.
+//! Connections are served concurrently (at most [`MAX_CONNECTIONS`]), each with read and
+//! write deadlines, and never hold up the server's stop. The commands:
 //!
 //! * `set rate 500mbit` — the global rate of every TX queue (a pure parameter write).
 //! * `set diffserv diffserv4`, `set flow-mode flows`, `set overhead 18`, `set <tc words>` —
@@ -15,8 +17,8 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use qdisc::cake::CakeConfig;
@@ -57,6 +59,14 @@ pub enum ControlError {
         /// The OS error.
         #[source]
         source: std::io::Error,
+    },
+    /// The server took no command or gave no reply in time.
+    #[error("control socket '{path}' gave no reply within {waited:?}; the forwarder may be overloaded or stopping: try again, and check that it is still running")]
+    NoReply {
+        /// The path.
+        path: PathBuf,
+        /// How long the client waited.
+        waited: Duration,
     },
     /// The exchange failed after connecting.
     #[error("control socket '{path}' exchange failed")]
@@ -301,39 +311,113 @@ pub fn serve(
     listener.set_nonblocking(true).map_err(bind_err)?;
     let path = path.to_path_buf();
     Ok(std::thread::spawn(move || {
+        let open = Arc::new(AtomicUsize::new(0));
+        // Connection threads hold the state only weakly, this thread holds it until the
+        // server stops: one stuck on a client must not keep the queues (and the buffers
+        // they hold) alive after the forwarder stopped.
+        let weak = Arc::downgrade(&state);
         while !stop.load(Ordering::Relaxed) {
             match listener.accept() {
-                Ok((s, _)) => serve_one(s, &state),
+                Ok((s, _)) => admit(s, &weak, &stop, &open),
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         }
         let _ = std::fs::remove_file(&path);
+        drop(state);
     }))
 }
+
+/// Connections served at once. Each has a thread of its own for at most
+/// [`CONNECTION_LIFETIME`]; past the bound a client is told the server is busy.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// How long one read or one write may wait for the client: an idle or non-reading client
+/// is dropped after this, without delaying anyone else.
+pub const IO_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The longest one connection is served, however it trickles.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 
 /// Most bytes read from one connection: commands are a few words, and a client that sends
 /// an endless line must not grow the server's memory.
 const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 
-fn serve_one(s: UnixStream, st: &ControlState) {
+/// Serves `s` on a thread of its own, or tells it the server is busy. The accept loop never
+/// waits on a client, and the server stops without waiting for the connection threads (each
+/// ends by itself within [`IO_DEADLINE`] of its last exchange).
+fn admit(
+    s: UnixStream,
+    state: &Weak<ControlState>,
+    stop: &Arc<AtomicBool>,
+    open: &Arc<AtomicUsize>,
+) {
     let _ = s.set_nonblocking(false);
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = s.set_read_timeout(Some(IO_DEADLINE));
+    let _ = s.set_write_timeout(Some(IO_DEADLINE));
+    if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+        open.fetch_sub(1, Ordering::AcqRel);
+        let mut s = s;
+        // What the client already sent is read first: closing a socket with unread data
+        // resets it, and the client would not see the reply.
+        let _ = s.set_nonblocking(true);
+        let mut sink = [0u8; 4096];
+        for _ in 0..16 {
+            if !matches!(s.read(&mut sink), Ok(n) if n > 0) {
+                break;
+            }
+        }
+        let _ = s.write_all(
+            format!("error: busy: {MAX_CONNECTIONS} control connections are open; try again in a few seconds\n\n").as_bytes(),
+        );
+        return;
+    }
+    let (state, stop, guard) = (state.clone(), stop.clone(), OpenGuard(open.clone()));
+    let spawned = std::thread::Builder::new()
+        .name("cakewalk-ctl".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let _guard = guard;
+            serve_one(s, &state, &stop);
+        });
+    // Could not start a thread: the stream (and its slot) went with the closure.
+    drop(spawned);
+}
+
+/// Gives a connection's slot back when its thread ends, however it ends.
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn serve_one(s: UnixStream, state: &Weak<ControlState>, stop: &AtomicBool) {
+    let deadline = std::time::Instant::now() + CONNECTION_LIFETIME;
     let Ok(mut w) = s.try_clone() else { return };
     let mut reader = BufReader::new(s.take(MAX_REQUEST_BYTES));
-    let mut line = String::new();
+    let mut line = Vec::new();
     loop {
         line.clear();
-        match reader.read_line(&mut line) {
+        match reader.read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        let cut_off = !line.ends_with('\n') && reader.get_ref().limit() == 0;
+        if stop.load(Ordering::Relaxed) || std::time::Instant::now() > deadline {
+            break;
+        }
+        let cut_off = line.last() != Some(&b'\n') && reader.get_ref().limit() == 0;
         let mut reply = if cut_off {
             format!("error: more than {MAX_REQUEST_BYTES} bytes on one connection; send one short command per line")
-        } else if line.trim().is_empty() {
-            continue;
         } else {
-            handle_command(st, line.trim())
+            match std::str::from_utf8(&line) {
+                Ok(text) if text.trim().is_empty() => continue,
+                Ok(text) => match state.upgrade() {
+                    Some(st) => handle_command(&st, text.trim()),
+                    None => "error: cakewalk is stopping".to_string(),
+                },
+                Err(_) => "error: the command is not valid UTF-8; send plain text commands such as 'stats' or 'set rate 500mbit'".to_string(),
+            }
         };
         if !reply.ends_with('\n') {
             reply.push('\n');
@@ -348,27 +432,46 @@ fn serve_one(s: UnixStream, st: &ControlState) {
 pub mod client {
     use super::*;
 
+    /// How long the client waits for the server to take its command or to reply.
+    pub const CLIENT_DEADLINE: Duration = Duration::from_secs(5);
+
     /// Sends `command` to the control socket at `path` and returns the reply.
     ///
     /// # Errors
     /// [`ControlError`] when the socket cannot be reached or the exchange fails.
     pub fn send(path: &Path, command: &str) -> Result<String, ControlError> {
-        let io = |source| ControlError::Io {
-            path: path.to_path_buf(),
-            source,
+        let io = |source: std::io::Error| match source.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                ControlError::NoReply {
+                    path: path.to_path_buf(),
+                    waited: CLIENT_DEADLINE,
+                }
+            }
+            _ => ControlError::Io {
+                path: path.to_path_buf(),
+                source,
+            },
         };
         let mut s = UnixStream::connect(path).map_err(|source| ControlError::Connect {
             path: path.to_path_buf(),
             source,
         })?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(io)?;
-        s.write_all(command.trim().as_bytes()).map_err(io)?;
-        s.write_all(b"\n").map_err(io)?;
-        s.shutdown(std::net::Shutdown::Write).map_err(io)?;
-        let mut reply = String::new();
-        s.read_to_string(&mut reply).map_err(io)?;
-        Ok(reply)
+        s.set_read_timeout(Some(CLIENT_DEADLINE)).map_err(io)?;
+        s.set_write_timeout(Some(CLIENT_DEADLINE)).map_err(io)?;
+        let mut request = command.trim().as_bytes().to_vec();
+        request.push(b'\n');
+        let sent = s
+            .write_all(&request)
+            .and_then(|()| s.shutdown(std::net::Shutdown::Write));
+        // A server that refuses the connection (busy) replies and closes without reading
+        // the command: its reply is still there to read after the write failed.
+        let mut reply = Vec::new();
+        let read = s.read_to_end(&mut reply);
+        if reply.is_empty() {
+            sent.map_err(io)?;
+            read.map_err(io)?;
+        }
+        Ok(String::from_utf8_lossy(&reply).into_owned())
     }
 }
 
@@ -537,6 +640,66 @@ mod tests {
         assert!(matches!(e, ControlError::InUse { .. }), "{e}");
         let reply = client::send(&path, "set rate 16mbit").unwrap();
         assert!(reply.starts_with("ok"), "{reply}");
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn invalid_utf8_gets_a_reply_that_says_so_and_the_next_command_still_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let probe = Arc::new(Probe::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = serve(&path, state(probe.clone()), stop.clone()).unwrap();
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.write_all(b"set rate \xff\xfe\nset rate 16mbit\n")
+            .unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        assert!(
+            reply.starts_with("error: the command is not valid UTF-8")
+                && reply.contains("\nok rate 16mbit"),
+            "{reply}"
+        );
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn connections_past_the_bound_are_told_the_server_is_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let probe = Arc::new(Probe::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = serve(&path, state(probe.clone()), stop.clone()).unwrap();
+        let idle: Vec<UnixStream> = (0..MAX_CONNECTIONS)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
+        // The accept loop admits them in its own time: wait until the next one is refused.
+        let mut reply = String::new();
+        for _ in 0..200 {
+            reply = client::send(&path, "stats").unwrap_or_default();
+            if reply.starts_with("error: busy") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            reply.starts_with("error: busy: 64 control connections"),
+            "{reply}"
+        );
+        drop(idle);
+        // The slots come back as the idle connections go.
+        let mut reply = String::new();
+        for _ in 0..200 {
+            reply = client::send(&path, "stats").unwrap_or_default();
+            if reply == "text report\n" {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(reply, "text report\n");
         stop.store(true, Ordering::Relaxed);
         h.join().unwrap();
     }

@@ -65,7 +65,23 @@ struct PortQueues<P: PortBuf, Q: MqQdisc<P>> {
 struct MqSlot<P: PortBuf, Q: MqQdisc<P>> {
     mq: Arc<MultiQueue<P, Q>>,
     i: usize,
+    /// The tins as last read: a queue its runner holds on every try keeps its last figures
+    /// in reports instead of dropping out of them (a scraper would see its series vanish).
+    last_tins: Mutex<Vec<TinSnapshot>>,
 }
+
+impl<P: PortBuf, Q: MqQdisc<P>> MqSlot<P, Q> {
+    fn new(mq: Arc<MultiQueue<P, Q>>, i: usize) -> MqSlot<P, Q> {
+        MqSlot {
+            mq,
+            i,
+            last_tins: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// Tries at reading a busy queue's tins before a report falls back to the last figures.
+const TIN_READ_TRIES: usize = 200;
 
 impl<P: PortBuf, Q: MqQdisc<P> + TinReport> Shaper<P> for MqSlot<P, Q>
 where
@@ -129,10 +145,16 @@ where
         self.mq.rate()
     }
     fn tins(&self) -> Vec<TinSnapshot> {
-        self.mq
-            .queue(self.i)
-            .try_with_qdisc(|q| q.tin_snapshots())
-            .unwrap_or_default()
+        let queue = self.mq.queue(self.i);
+        let mut last = self.last_tins.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..TIN_READ_TRIES {
+            if let Some(tins) = queue.try_with_qdisc(|q| q.tin_snapshots()) {
+                last.clone_from(&tins);
+                return tins;
+            }
+            std::thread::yield_now();
+        }
+        last.clone()
     }
 }
 
@@ -211,7 +233,7 @@ pub fn build_queues<P: PortBuf>(
                     .context("building the CAKE queues")?;
                 let mq = Arc::new(mq);
                 for i in 0..queues {
-                    shapers.push(Arc::new(MqSlot { mq: mq.clone(), i }));
+                    shapers.push(Arc::new(MqSlot::new(mq.clone(), i)));
                 }
                 targets.push(Arc::new(PortQueues { mq }));
             }
@@ -226,7 +248,7 @@ pub fn build_queues<P: PortBuf>(
                 .context("building the FIFO queues")?;
                 let mq = Arc::new(mq);
                 for i in 0..queues {
-                    shapers.push(Arc::new(MqSlot { mq: mq.clone(), i }));
+                    shapers.push(Arc::new(MqSlot::new(mq.clone(), i)));
                 }
                 targets.push(Arc::new(PortQueues { mq }));
             }

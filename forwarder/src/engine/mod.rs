@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::port::{PortBuf, PortRx, PortTx};
 use crate::stats::counters::{egress, port, Counters, Layout, Snapshot};
-pub use shaper::{Passthrough, Shaper, TinReport, TinSnapshot};
+pub use shaper::{Passthrough, Shaper, SojournBuckets, TinReport, TinSnapshot};
 
 /// What a worker does when a loop iteration found no work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]

@@ -665,7 +665,25 @@ mod tests {
 
     #[test]
     fn prometheus_text_uses_cakewalk_names_and_labels() {
-        let text = prometheus::render(&report(true, 7));
+        let mut r = report(true, 7);
+        r.queues[0].tins[0].sojourn_histogram = crate::engine::SojournBuckets {
+            buckets: vec![1; prometheus::SOJOURN_BUCKETS_US.len()],
+            count: 2,
+            sum_us: 20_000_000,
+        };
+        let text = prometheus::render(&r);
+        assert!(text.contains("cakewalk_rate_bytes_per_second{port=\"a\",queue=\"0\"} 1000000"));
+        assert!(text.contains(
+            "cakewalk_tin_sojourn_seconds_bucket{port=\"a\",queue=\"0\",tin=\"Best Effort\",le=\"10\"} 1\ncakewalk_tin_sojourn_seconds_bucket{port=\"a\",queue=\"0\",tin=\"Best Effort\",le=\"+Inf\"} 2\ncakewalk_tin_sojourn_seconds_sum{port=\"a\",queue=\"0\",tin=\"Best Effort\"} 20\n"
+        ), "{text}");
+        // Every family once, with HELP and TYPE first.
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
+        assert_eq!(types.len(), helps);
+        let mut names: Vec<&str> = types.iter().map(|l| l.split(' ').nth(2).unwrap()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), types.len(), "{text}");
         assert!(
             text.contains("cakewalk_rx_packets_total{port=\"a\"} 10"),
             "{text}"

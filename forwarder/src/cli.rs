@@ -25,7 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Forward packets between two ports through the shaper.
     Run(RunArgs),
-    /// Read a config file and print the effective configuration (exit 1 on error).
+    /// Read a config file and print the effective configuration (exit 1 on error). Checks the
+    /// file alone; `preflight --config FILE` checks the machine that runs it.
     CheckConfig(CheckArgs),
     /// Show how one packet would be classified: TX queue, tin, flow.
     Explain(ExplainArgs),
@@ -33,15 +34,17 @@ pub enum Command {
     FromTc(FromTcArgs),
     /// Talk to a running forwarder over its control socket.
     Ctl(CtlArgs),
-    /// Check that this machine can run the DPDK data path (hugepages, IOMMU, NIC drivers,
-    /// cores) and print the fix for each problem (exit 1 when something blocks a start).
+    /// Check that this machine can run the configured ports (AF_PACKET: interface present and
+    /// up, CAP_NET_RAW, MTU and offloads against the buffer size; DPDK: hugepages, IOMMU, NIC
+    /// drivers) and cores, and print the fix for each problem (exit 1 when something blocks a
+    /// start). Without --config: the DPDK checks.
     Preflight(PreflightArgs),
 }
 
 /// `cakewalk preflight`.
 #[derive(Debug, Args)]
 pub struct PreflightArgs {
-    /// TOML config file: its DPDK ports, workers and cores are checked, and the file itself.
+    /// TOML config file: its ports, workers and cores are checked, and the file itself.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
     /// File-system root to inspect (for testing against a fake sysfs tree).
@@ -465,7 +468,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckConfig(args) => {
             let overrides = args.overrides.to_overrides()?;
             let config = Config::load(Some(&args.file), &overrides)?;
-            out(&config.effective())?;
+            out(&format!(
+                "{}{}",
+                check_config_header(&args.file, &config),
+                config.effective()
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain(args) => explain_cmd(args),
@@ -494,10 +501,46 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// What `check-config` judged, as TOML comments above the effective configuration: the file
+/// alone, not the machine it may be copied to.
+fn check_config_header(file: &std::path::Path, config: &Config) -> String {
+    let uses_machine = [&config.ports.a, &config.ports.b].iter().any(|p| {
+        matches!(
+            p.kind,
+            crate::port::PortKind::Afpacket | crate::port::PortKind::Dpdk
+        )
+    });
+    let mut h = format!(
+        "# check-config {}: the file alone is valid (every key and value, and what\n\
+         # `cakewalk run` refuses at start). This machine was not checked",
+        file.display()
+    );
+    if uses_machine {
+        h.push_str(&format!(
+            ": its interfaces,\n\
+             # capabilities, offloads and hugepages are checked on the box that runs it by\n\
+             # `cakewalk preflight --config {}`.\n",
+            file.display()
+        ));
+    } else {
+        h.push_str(" (no interface ports are configured).\n");
+    }
+    h.push('\n');
+    h
+}
+
 fn preflight_cmd(args: PreflightArgs) -> anyhow::Result<ExitCode> {
+    // On a real box, interfaces are asked of the kernel (this network namespace, as the
+    // forwarder would open them); a fake tree answers from its own sys/class/net.
+    let links = if args.root == std::path::Path::new("/") {
+        crate::preflight::Links::Kernel
+    } else {
+        crate::preflight::Links::Sysfs
+    };
     let mut opts = crate::preflight::Options {
         root: args.root.clone(),
         min_hugepage_mib: args.min_hugepage_mib,
+        links,
         ..crate::preflight::Options::default()
     };
     if let Some(path) = &args.config {

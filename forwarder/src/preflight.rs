@@ -1,19 +1,47 @@
-//! `cakewalk preflight`: checks that a box can run the DPDK data path and prints one line per
-//! check with the fix. It reads only files (sysfs, procfs, /dev) under a configurable root,
-//! so tests run it against fake trees in `tests/fixtures/sysfs/`; it changes nothing (binding
-//! a NIC or reserving hugepages stays a separate, explicit command, printed as the fix).
+//! `cakewalk preflight`: checks that this machine can run the configured ports and prints one
+//! line per check with the fix. Where `check-config` judges a file alone (it may run on
+//! another machine), preflight judges the box. It reads files (sysfs, procfs, /dev) under a
+//! configurable root, so tests run it against fake trees in `tests/fixtures/sysfs/`, and asks
+//! the kernel about interfaces ([`Links`]); it changes nothing (binding a NIC, reserving
+//! hugepages or turning an offload off stays a separate, explicit command, printed as the fix).
 //!
-//! Checks: hugepages reserved and a hugetlbfs mounted; IOMMU groups, the vfio-pci module and
-//! `/dev/vfio`; each configured NIC bound to a DPDK-capable driver (as
-//! `dpdk-devbind.py --status` reads it: `bus/pci/devices/*/class` and `driver`); enough
-//! queues for the workers (`class/net/*/queues`); worker cores present, isolated, and not
-//! serving the busiest IRQs (`devices/system/cpu/isolated`, `proc/interrupts`); and the
-//! configuration, whose validation the caller passes in.
+//! AF_PACKET ports: the interface exists in this network namespace and is up (with carrier),
+//! the process holds CAP_NET_RAW, a full-size frame at the interface's MTU fits
+//! `ports.buffer_size`, GRO/LRO do not merge received segments into frames longer than a
+//! buffer (they would be dropped as `rx_oversize`), and the two ports are two interfaces.
+//!
+//! DPDK (when a DPDK port is configured, or no configuration is given): hugepages reserved
+//! and a hugetlbfs mounted; IOMMU groups, the vfio-pci module and `/dev/vfio`; each
+//! configured NIC bound to a DPDK-capable driver (as `dpdk-devbind.py --status` reads it:
+//! `bus/pci/devices/*/class` and `driver`); enough queues for the workers
+//! (`class/net/*/queues`). Always: worker cores present, isolated, and not serving the
+//! busiest IRQs (`devices/system/cpu/isolated`, `proc/interrupts`); and the configuration,
+//! whose validation the caller passes in.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+
+use crate::port::afpacket::{self, LinkFacts, Offloads};
+
+/// Bytes a frame adds to its IP packet: the Ethernet header, and one VLAN tag the AF_PACKET
+/// port puts back into a tagged frame.
+const ETH_HEADER: u32 = 14;
+const VLAN_TAG: u32 = 4;
+/// The longest frame GRO or LRO builds (a 64 KiB IP packet and its Ethernet header).
+const MERGED_FRAME: u32 = 65_535 + ETH_HEADER;
+
+/// Where interface facts come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Links {
+    /// Ask the kernel (ioctls), which answers for this process's network namespace: what the
+    /// forwarder would open. The default on a real box.
+    Kernel,
+    /// Read `sys/class/net/IF/{ifindex,flags,mtu}` under the root (fake trees in tests;
+    /// offloads are not in sysfs and read as unknown).
+    Sysfs,
+}
 
 /// Drivers a DPDK PMD can drive a NIC through. The Mellanox ones are bifurcated: DPDK works
 /// beside the kernel driver, so no rebinding is needed.
@@ -37,6 +65,15 @@ pub struct Options {
     /// The configuration check: `None` when no config was given, `Some(Err(text))` when it
     /// did not validate.
     pub config: Option<Result<(), String>>,
+    /// Run the DPDK checks (hugepages, IOMMU, vfio, NIC binding): a DPDK port is configured,
+    /// or no configuration was given.
+    pub dpdk: bool,
+    /// AF_PACKET ports as (side "a"/"b", port name, interface).
+    pub afpacket: Vec<(String, String, String)>,
+    /// `ports.buffer_size`: the longest frame a software port carries.
+    pub buffer_size: usize,
+    /// Where interface facts come from.
+    pub links: Links,
 }
 
 impl Default for Options {
@@ -48,17 +85,36 @@ impl Default for Options {
             cores: Vec::new(),
             min_hugepage_mib: 512,
             config: None,
+            dpdk: true,
+            afpacket: Vec::new(),
+            buffer_size: crate::port::pool::DEFAULT_BUF_SIZE,
+            links: Links::Kernel,
         }
     }
 }
 
 impl Options {
-    /// Fills `ports` and `queues` from the `[ports]` table: every port of kind `dpdk`.
+    /// Fills the ports from the `[ports]` table: every port of kind `dpdk` (the DPDK checks
+    /// run only when there is one) and every `afpacket` port, and the buffer size.
     pub fn with_ports(mut self, ports: &crate::port::PortsConfig) -> Options {
-        for p in [&ports.a, &ports.b] {
-            if p.kind == crate::port::PortKind::Dpdk && !p.iface.is_empty() {
-                self.ports.push(p.iface.clone());
-                self.queues = self.queues.max(p.rx_queues);
+        use crate::port::PortKind;
+        self.dpdk = false;
+        self.buffer_size = ports.buffer_size;
+        for (i, p) in [&ports.a, &ports.b].into_iter().enumerate() {
+            match p.kind {
+                PortKind::Dpdk => {
+                    self.dpdk = true;
+                    if !p.iface.is_empty() {
+                        self.ports.push(p.iface.clone());
+                        self.queues = self.queues.max(p.rx_queues);
+                    }
+                }
+                PortKind::Afpacket => self.afpacket.push((
+                    ["a", "b"][i].to_string(),
+                    ports.port_name(i),
+                    p.iface.trim().to_string(),
+                )),
+                PortKind::Synth | PortKind::Pcap => {}
             }
         }
         self
@@ -95,6 +151,8 @@ pub struct Check {
 /// All checks, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Report {
+    /// What was checked: this machine, for which configuration (the first line printed).
+    pub scope: String,
     /// One per line.
     pub checks: Vec<Check>,
 }
@@ -128,6 +186,9 @@ impl Report {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.scope.is_empty() {
+            writeln!(f, "{}", self.scope)?;
+        }
         for c in &self.checks {
             let tag = match c.status {
                 Status::Ok => " ok ",
@@ -154,21 +215,34 @@ impl fmt::Display for Report {
     }
 }
 
-/// Runs every check against the tree under `opts.root`.
+/// Runs every check against the tree under `opts.root` and, for interfaces, `opts.links`.
 pub fn run(opts: &Options) -> Report {
-    let mut r = Report::default();
-    let root = opts.root.as_path();
-    check_hugepages(root, opts.min_hugepage_mib, &mut r);
-    let pci_ports: Vec<&String> = opts.ports.iter().filter(|p| !is_vdev(p)).collect();
-    let need = if !pci_ports.is_empty() {
-        Need::Required
-    } else if opts.ports.is_empty() {
-        Need::Optional
-    } else {
-        Need::No
+    let mut r = Report {
+        scope: scope_line(opts),
+        checks: Vec::new(),
     };
-    check_iommu(root, need, &mut r);
-    check_nics(root, opts, &mut r);
+    let root = opts.root.as_path();
+    check_afpacket(opts, &mut r);
+    if opts.dpdk {
+        check_hugepages(root, opts.min_hugepage_mib, &mut r);
+        let pci_ports: Vec<&String> = opts.ports.iter().filter(|p| !is_vdev(p)).collect();
+        let need = if !pci_ports.is_empty() {
+            Need::Required
+        } else if opts.ports.is_empty() {
+            Need::Optional
+        } else {
+            Need::No
+        };
+        check_iommu(root, need, &mut r);
+        check_nics(root, opts, &mut r);
+    } else {
+        r.push(
+            "dpdk",
+            Status::Skip,
+            "no dpdk port configured: hugepages, IOMMU, vfio and NIC binding not checked",
+            None,
+        );
+    }
     check_cores(root, &opts.cores, &mut r);
     match &opts.config {
         None => r.push("config", Status::Skip, "no configuration given", None),
@@ -181,6 +255,282 @@ pub fn run(opts: &Options) -> Report {
         ),
     }
     r
+}
+
+/// Says what this run checks: the machine, not just a file.
+fn scope_line(opts: &Options) -> String {
+    let machine = if opts.root == Path::new("/") {
+        "this machine".to_string()
+    } else {
+        format!("the machine tree under {}", opts.root.display())
+    };
+    let what = match &opts.config {
+        None => "what the DPDK data path needs (no --config: the configured ports are not checked)",
+        Some(_) => {
+            "the configured ports, capabilities and cores, and the file as check-config does"
+        }
+    };
+    format!("preflight checks {machine}: {what}")
+}
+
+/// The facts about `iface` from `opts.links`; `Err` says why they could not be read.
+fn link_facts(opts: &Options, iface: &str) -> Result<Option<LinkFacts>, String> {
+    match opts.links {
+        Links::Kernel => afpacket::link_facts(iface).map_err(|e| e.to_string()),
+        Links::Sysfs => Ok(sysfs_link_facts(&opts.root, iface)),
+    }
+}
+
+/// An interface as a sysfs tree describes it (`sys/class/net/IF`).
+fn sysfs_link_facts(root: &Path, iface: &str) -> Option<LinkFacts> {
+    if iface.is_empty() || iface.contains('/') || iface.starts_with('.') {
+        return None;
+    }
+    let dir = root.join("sys/class/net").join(iface);
+    let text = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    let index = text("ifindex")?.trim().parse().ok()?;
+    let flags = text("flags")
+        .and_then(|f| u32::from_str_radix(f.trim().trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0);
+    let carrier = text("carrier").map_or(flags & 0x40 != 0, |c| c.trim() == "1");
+    let driver = std::fs::read_link(dir.join("device/driver"))
+        .ok()
+        .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()));
+    Some(LinkFacts {
+        index,
+        up: flags & 0x1 != 0,
+        carrier,
+        mtu: text("mtu")
+            .and_then(|m| m.trim().parse().ok())
+            .unwrap_or(1500),
+        offloads: None,
+        driver,
+    })
+}
+
+/// The interfaces there are, for a "not found" message.
+fn known_links(opts: &Options) -> String {
+    let dir = match opts.links {
+        // This namespace's sysfs, when the process mounted it; `ip link` is the authority.
+        Links::Kernel => PathBuf::from("/sys/class/net"),
+        Links::Sysfs => opts.root.join("sys/class/net"),
+    };
+    let names = list_dir(&dir);
+    if names.is_empty() {
+        "none found".into()
+    } else {
+        format!("interfaces: {}", names.join(", "))
+    }
+}
+
+fn check_afpacket(opts: &Options, r: &mut Report) {
+    if opts.afpacket.is_empty() {
+        return;
+    }
+    let status = read(&opts.root, "proc/self/status").unwrap_or_default();
+    let missing = afpacket::missing_capabilities(&status);
+    if missing.contains(&"CAP_NET_RAW") {
+        r.push(
+            "capabilities",
+            Status::Fail,
+            "this process lacks CAP_NET_RAW: AF_PACKET ports cannot open their packet sockets",
+            Some("run as root, or grant it: `setcap cap_net_raw,cap_net_admin+ep /usr/local/bin/cakewalk`; under systemd, AmbientCapabilities=CAP_NET_RAW CAP_NET_ADMIN (the shipped unit has it); in a container, --cap-add NET_RAW --cap-add NET_ADMIN".into()),
+        );
+    } else if missing.contains(&"CAP_NET_ADMIN") {
+        r.push(
+            "capabilities",
+            Status::Warn,
+            "CAP_NET_RAW held, CAP_NET_ADMIN not: socket buffers stay at the sysctl maximum (net.core.rmem_max/wmem_max)",
+            Some("grant CAP_NET_ADMIN as well (AmbientCapabilities=CAP_NET_RAW CAP_NET_ADMIN)".into()),
+        );
+    } else {
+        r.push(
+            "capabilities",
+            Status::Ok,
+            "CAP_NET_RAW and CAP_NET_ADMIN held",
+            None,
+        );
+    }
+    let mut found: Vec<(&str, &str, u32)> = Vec::new();
+    for (side, port, iface) in &opts.afpacket {
+        match link_facts(opts, iface) {
+            Err(e) => r.push(
+                format!("link {port}"),
+                Status::Fail,
+                format!("cannot ask the kernel about '{iface}': {e}"),
+                None,
+            ),
+            Ok(None) => r.push(
+                format!("link {port}"),
+                Status::Fail,
+                format!(
+                    "no interface '{iface}' in this network namespace ({})",
+                    known_links(opts)
+                ),
+                Some(format!(
+                    "check the name with `ip link`, and set iface in [ports.{side}] (or --iface A,B); the forwarder refuses to start without it"
+                )),
+            ),
+            Ok(Some(link)) => {
+                check_link(port, iface, &link, opts.buffer_size, r);
+                found.push((port, iface, link.index));
+            }
+        }
+    }
+    if let [(pa, ia, a), (pb, ib, b)] = found[..] {
+        if a == b {
+            r.push(
+                "ports",
+                Status::Fail,
+                format!("ports {pa} ('{ia}') and {pb} ('{ib}') are one interface (index {a}): cakewalk forwards between two"),
+                Some("name two different interfaces in [ports.a] and [ports.b]".into()),
+            );
+        } else {
+            r.push(
+                "ports",
+                Status::Ok,
+                format!("ports {pa} ('{ia}') and {pb} ('{ib}') are two interfaces"),
+                None,
+            );
+        }
+    }
+}
+
+/// The checks of one AF_PACKET port's interface, from what the kernel said about it.
+pub fn check_link(port: &str, iface: &str, link: &LinkFacts, buffer_size: usize, r: &mut Report) {
+    let name = format!("link {port}");
+    if !link.up {
+        r.push(
+            name,
+            Status::Fail,
+            format!("'{iface}' is down"),
+            Some(format!("ip link set {iface} up")),
+        );
+    } else if !link.carrier {
+        r.push(
+            name,
+            Status::Warn,
+            format!("'{iface}' is up but has no carrier (cable out, or the veth peer down): nothing is forwarded until it has"),
+            Some(format!("plug the link in, or bring the peer up; `ip link show {iface}` shows LOWER_UP once there is carrier")),
+        );
+    } else {
+        r.push(
+            name,
+            Status::Ok,
+            format!(
+                "'{iface}' up with carrier{}",
+                link.driver
+                    .as_deref()
+                    .map(|d| format!(", driver {d}"))
+                    .unwrap_or_default()
+            ),
+            None,
+        );
+    }
+    let buf = u32::try_from(buffer_size).unwrap_or(u32::MAX);
+    let frame = link.mtu.saturating_add(ETH_HEADER);
+    let tagged = frame.saturating_add(VLAN_TAG);
+    let name = format!("mtu {port}");
+    if frame > buf {
+        r.push(
+            name,
+            Status::Fail,
+            format!("'{iface}' has MTU {}: full-size frames are {frame} bytes, longer than ports.buffer_size = {buf}, and would be dropped as rx_oversize", link.mtu),
+            Some(format!(
+                "raise ports.buffer_size to {tagged} (--set ports.buffer_size={tagged}), or lower the MTU: ip link set {iface} mtu {}",
+                buf.saturating_sub(ETH_HEADER + VLAN_TAG)
+            )),
+        );
+    } else if tagged > buf {
+        r.push(
+            name,
+            Status::Warn,
+            format!("'{iface}' has MTU {}: full-size VLAN-tagged frames are {tagged} bytes, longer than ports.buffer_size = {buf} (untagged ones fit)", link.mtu),
+            Some(format!("raise ports.buffer_size to {tagged} if the port carries tagged traffic")),
+        );
+    } else {
+        r.push(
+            name,
+            Status::Ok,
+            format!(
+                "MTU {}: full-size frames ({frame} bytes, {tagged} tagged) fit ports.buffer_size = {buf}",
+                link.mtu
+            ),
+            None,
+        );
+    }
+    let name = format!("offloads {port}");
+    let Some(o) = link.offloads else {
+        r.push(
+            name,
+            Status::Skip,
+            format!("offload state of '{iface}' unknown (the driver does not answer ethtool, or a fake tree)"),
+            None,
+        );
+        return;
+    };
+    let Offloads { gro, lro, gso, tso } = o;
+    let on = |names: &[(&str, bool)]| -> Vec<String> {
+        names
+            .iter()
+            .filter(|(_, v)| *v)
+            .map(|(n, _)| (*n).to_string())
+            .collect()
+    };
+    let merging = on(&[("gro", gro), ("lro", lro)]);
+    let segmenting = on(&[("tso", tso), ("gso", gso)]);
+    let veth = link.driver.as_deref() == Some("veth");
+    let sender_note = if veth {
+        format!(" '{iface}' is a veth: frames arrive as its peer sent them, so the peer (`ip link show {iface}` names it after the @) needs tso and gso off too, or TCP arrives as super-frames all the same")
+    } else if segmenting.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " ({} on '{iface}' only change what this host's own stack sends out of it, not what cakewalk forwards)",
+            segmenting.join(", ")
+        )
+    };
+    if !merging.is_empty() && MERGED_FRAME > buf {
+        let fix_words: Vec<String> = merging.iter().map(|m| format!("{m} off")).collect();
+        r.push(
+            name,
+            Status::Fail,
+            format!(
+                "{} on '{iface}': the kernel merges received TCP segments into frames of up to 64 KiB before cakewalk reads them; every merged frame longer than ports.buffer_size = {buf} is dropped as rx_oversize, which stalls TCP through the box.{sender_note}",
+                merging.join(" and ")
+            ),
+            Some(format!("ethtool -K {iface} {}", fix_words.join(" "))),
+        );
+    } else if veth && !segmenting.is_empty() && MERGED_FRAME > buf {
+        r.push(
+            name,
+            Status::Warn,
+            format!(
+                "{} on '{iface}', gro and lro off.{sender_note}",
+                segmenting.join(", ")
+            ),
+            Some(format!("ethtool -K PEER tso off gso off (PEER from `ip link show {iface}`); and ethtool -K {iface} tso off gso off")),
+        );
+    } else {
+        let state = |n: &str, v: bool| format!("{n} {}", if v { "on" } else { "off" });
+        r.push(
+            name,
+            Status::Ok,
+            format!(
+                "{}, {}, {}, {}: received frames stay as sent{}",
+                state("gro", gro),
+                state("lro", lro),
+                state("tso", tso),
+                state("gso", gso),
+                if MERGED_FRAME <= buf {
+                    " (and merged ones fit the buffers)"
+                } else {
+                    ""
+                }
+            ),
+            None,
+        );
+    }
 }
 
 fn read(root: &Path, rel: &str) -> Option<String> {
@@ -766,7 +1116,197 @@ mod tests {
             cores: vec![2, 3],
             min_hugepage_mib: 512,
             config: Some(Ok(())),
+            ..Options::default()
         }
+    }
+
+    /// An AF_PACKET box under fixture `name` with ports a = `a`, b = `b`.
+    fn afpacket_opts(name: &str, a: &str, b: &str) -> Options {
+        let mut ports = crate::port::PortsConfig::default();
+        for (spec, iface) in [(&mut ports.a, a), (&mut ports.b, b)] {
+            spec.kind = crate::port::PortKind::Afpacket;
+            spec.iface = iface.into();
+        }
+        Options {
+            root: fixture(name),
+            links: Links::Sysfs,
+            config: Some(Ok(())),
+            ..Options::default()
+        }
+        .with_ports(&ports)
+    }
+
+    fn link(up: bool, carrier: bool, mtu: u32, offloads: Option<Offloads>) -> LinkFacts {
+        LinkFacts {
+            index: 2,
+            up,
+            carrier,
+            mtu,
+            offloads,
+            driver: None,
+        }
+    }
+
+    #[test]
+    fn an_afpacket_box_with_both_interfaces_up_is_ready_without_dpdk_checks() {
+        let r = run(&afpacket_opts("afpacket-good", "lan0", "wan0"));
+        assert!(r.may_start(), "{r}");
+        for name in [
+            "capabilities",
+            "link a",
+            "mtu a",
+            "link b",
+            "mtu b",
+            "ports",
+        ] {
+            assert_eq!(
+                r.get(name).map(|c| c.status),
+                Some(Status::Ok),
+                "{name}: {r}"
+            );
+        }
+        // A fake tree has no offload state; the kernel is asked on a real box.
+        assert_eq!(r.get("offloads a").unwrap().status, Status::Skip, "{r}");
+        assert_eq!(r.get("dpdk").unwrap().status, Status::Skip, "{r}");
+        assert!(
+            r.get("hugepages").is_none(),
+            "no DPDK port, no hugepage check: {r}"
+        );
+        let text = r.to_string();
+        assert!(
+            text.starts_with("preflight checks the machine tree under"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_missing_interface_a_down_one_and_no_cap_net_raw_fail_with_their_fixes() {
+        let r = run(&afpacket_opts("afpacket-bad", "lan0", "wan0"));
+        assert!(!r.may_start());
+        let missing = r.get("link a").unwrap();
+        assert_eq!(missing.status, Status::Fail);
+        assert!(
+            missing.detail.contains("no interface 'lan0'") && missing.detail.contains("wan0"),
+            "{r}"
+        );
+        assert!(missing.fix.as_deref().unwrap().contains("[ports.a]"), "{r}");
+        let down = r.get("link b").unwrap();
+        assert_eq!(
+            (down.status, down.fix.as_deref()),
+            (Status::Fail, Some("ip link set wan0 up"))
+        );
+        let mtu = r.get("mtu b").unwrap();
+        assert_eq!(mtu.status, Status::Fail, "{r}");
+        assert!(
+            mtu.detail
+                .contains("9014 bytes, longer than ports.buffer_size = 2048"),
+            "{r}"
+        );
+        assert_eq!(
+            mtu.fix.as_deref(),
+            Some("raise ports.buffer_size to 9018 (--set ports.buffer_size=9018), or lower the MTU: ip link set wan0 mtu 2030")
+        );
+        let caps = r.get("capabilities").unwrap();
+        assert_eq!(caps.status, Status::Fail);
+        assert!(
+            caps.fix.as_deref().unwrap().contains("setcap cap_net_raw"),
+            "{r}"
+        );
+        assert!(r.get("ports").is_none(), "one interface was not found: {r}");
+        assert!(
+            r.to_string()
+                .ends_with("not ready: 4 check(s) failed, 0 warning(s)"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn two_names_of_one_interface_are_refused() {
+        let mut r = Report::default();
+        let o = afpacket_opts("afpacket-good", "lan0", "lan0");
+        check_afpacket(&o, &mut r);
+        let p = r.get("ports").unwrap();
+        assert_eq!(p.status, Status::Fail, "{r}");
+        assert!(p.detail.contains("are one interface (index 2)"), "{r}");
+    }
+
+    #[test]
+    fn gro_against_small_buffers_fails_with_the_ethtool_fix() {
+        let gro = Offloads {
+            gro: true,
+            lro: true,
+            gso: true,
+            tso: true,
+        };
+        let mut r = Report::default();
+        check_link(
+            "a",
+            "eth1",
+            &link(true, true, 1500, Some(gro)),
+            2048,
+            &mut r,
+        );
+        let o = r.get("offloads a").unwrap();
+        assert_eq!(o.status, Status::Fail, "{r}");
+        assert!(
+            o.detail.starts_with("gro and lro on 'eth1'")
+                && o.detail.contains("dropped as rx_oversize"),
+            "{r}"
+        );
+        assert_eq!(o.fix.as_deref(), Some("ethtool -K eth1 gro off lro off"));
+        // Buffers that hold a 64 KiB merged frame take GRO as it is.
+        let mut r = Report::default();
+        check_link(
+            "a",
+            "eth1",
+            &link(true, true, 1500, Some(gro)),
+            65_549,
+            &mut r,
+        );
+        assert_eq!(r.get("offloads a").unwrap().status, Status::Ok, "{r}");
+        // GRO off: fine, whatever TSO does on a NIC.
+        let off = Offloads {
+            gro: false,
+            lro: false,
+            ..gro
+        };
+        let mut r = Report::default();
+        check_link(
+            "a",
+            "eth1",
+            &link(true, true, 1500, Some(off)),
+            2048,
+            &mut r,
+        );
+        let o = r.get("offloads a").unwrap();
+        assert_eq!(o.status, Status::Ok, "{r}");
+        assert!(
+            o.detail.starts_with("gro off, lro off, tso on, gso on"),
+            "{r}"
+        );
+        // A veth with segmentation on: its peer likely sends super-frames.
+        let veth = LinkFacts {
+            driver: Some("veth".into()),
+            ..link(true, true, 1500, Some(off))
+        };
+        let mut r = Report::default();
+        check_link("a", "va", &veth, 2048, &mut r);
+        let o = r.get("offloads a").unwrap();
+        assert_eq!(o.status, Status::Warn, "{r}");
+        assert!(o.fix.as_deref().unwrap().contains("tso off gso off"), "{r}");
+    }
+
+    #[test]
+    fn no_carrier_warns_and_a_tagged_full_frame_that_does_not_fit_warns() {
+        let mut r = Report::default();
+        check_link("b", "wan0", &link(true, false, 2034, None), 2048, &mut r);
+        assert_eq!(r.get("link b").unwrap().status, Status::Warn, "{r}");
+        let m = r.get("mtu b").unwrap();
+        assert_eq!(m.status, Status::Warn, "{r}");
+        assert!(
+            m.detail.contains("VLAN-tagged frames are 2052 bytes"),
+            "{r}"
+        );
     }
 
     #[test]

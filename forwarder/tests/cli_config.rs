@@ -521,3 +521,42 @@ fn a_run_whose_log_reader_goes_away_keeps_running_and_stops_cleanly() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn check_config_says_it_checked_the_file_and_preflight_checks_the_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "af.toml",
+        "[ports.a]\nkind = \"afpacket\"\niface = \"lan0\"\n[ports.b]\nkind = \"afpacket\"\niface = \"wan0\"\n",
+    );
+    let o = cakewalk(&["check-config", &f]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with(&format!("# check-config {f}: the file alone is valid"))
+            && out.contains("This machine was not checked")
+            && out.contains(&format!("`cakewalk preflight --config {f}`")),
+        "{out}"
+    );
+    // The same file against a box where lan0 is missing and wan0 is down.
+    let root = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/sysfs/afpacket-bad"
+    );
+    let o = cakewalk(&["preflight", "--root", root, "--config", &f]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("preflight checks the machine tree under")
+            && out.contains("[FAIL] link a: no interface 'lan0'")
+            && out.contains("[FAIL] link b: 'wan0' is down"),
+        "{out}"
+    );
+    let root = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/sysfs/afpacket-good"
+    );
+    let o = cakewalk(&["preflight", "--root", root, "--config", &f]);
+    assert!(o.status.success(), "{}", stdout(&o));
+}

@@ -440,6 +440,77 @@ fn set_buffer(
         .map_err(|e| syscall_err(call, iface, e))
 }
 
+/// An interface as the kernel of this network namespace describes it, for preflight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkFacts {
+    /// The interface index (two names of one interface share it).
+    pub index: u32,
+    /// Administratively up (`IFF_UP`, `ip link set DEV up`).
+    pub up: bool,
+    /// Carrier present (`IFF_RUNNING`: cable in, veth peer up).
+    pub carrier: bool,
+    /// The MTU (bytes of IP packet; the frame adds 14 of Ethernet header).
+    pub mtu: u32,
+    /// Offload state, when the driver answers ethtool.
+    pub offloads: Option<Offloads>,
+    /// The kernel driver ("veth", "ixgbe"), when known.
+    pub driver: Option<String>,
+}
+
+/// The offloads that decide how long a frame a packet socket may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Offloads {
+    /// Generic receive offload: the kernel merges received TCP segments into one frame.
+    pub gro: bool,
+    /// Large receive offload: the NIC does the same.
+    pub lro: bool,
+    /// Generic segmentation offload on transmit.
+    pub gso: bool,
+    /// TCP segmentation offload on transmit.
+    pub tso: bool,
+}
+
+/// Legacy ethtool get commands (linux/ethtool.h) and the LRO bit of `ETHTOOL_GFLAGS`.
+const ETHTOOL_GTSO: u32 = 0x1e;
+const ETHTOOL_GGSO: u32 = 0x23;
+const ETHTOOL_GFLAGS: u32 = 0x25;
+const ETHTOOL_GGRO: u32 = 0x2b;
+const ETH_FLAG_LRO: u32 = 1 << 15;
+
+/// Asks the kernel about `iface` in this process's network namespace: `Ok(None)` when there
+/// is no such interface.
+///
+/// # Errors
+/// When the kernel cannot be asked at all (no socket could be opened).
+pub fn link_facts(iface: &str) -> io::Result<Option<LinkFacts>> {
+    let Some(index) = sys::if_index(iface)? else {
+        return Ok(None);
+    };
+    let flags = match sys::if_flags(iface) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let on = |cmd| sys::ethtool_value(iface, cmd).map(|v| v != 0);
+    let offloads = match (on(ETHTOOL_GGRO), on(ETHTOOL_GGSO), on(ETHTOOL_GTSO)) {
+        (Ok(gro), Ok(gso), Ok(tso)) => Some(Offloads {
+            gro,
+            lro: sys::ethtool_value(iface, ETHTOOL_GFLAGS).is_ok_and(|f| f & ETH_FLAG_LRO != 0),
+            gso,
+            tso,
+        }),
+        _ => None,
+    };
+    Ok(Some(LinkFacts {
+        index,
+        up: flags & libc::IFF_UP as u32 != 0,
+        carrier: flags & libc::IFF_RUNNING as u32 != 0,
+        mtu: sys::if_mtu(iface)?,
+        offloads,
+        driver: sys::ethtool_driver(iface).ok().filter(|d| !d.is_empty()),
+    }))
+}
+
 /// Returns the capabilities from `needed` that the effective set in `status` (the text of
 /// `/proc/self/status`) lacks, by name. Unreadable input counts as lacking all of them.
 pub fn missing_capabilities(status: &str) -> Vec<&'static str> {
@@ -765,6 +836,14 @@ mod tests {
             missing_capabilities("garbage"),
             vec!["CAP_NET_RAW", "CAP_NET_ADMIN"]
         );
+    }
+
+    #[test]
+    fn the_kernel_describes_the_loopback_interface_and_knows_no_made_up_one() {
+        let lo = link_facts("lo").unwrap().expect("every namespace has lo");
+        assert!(lo.index >= 1 && lo.mtu >= 1280, "{lo:?}");
+        assert_eq!(link_facts("cw-no-such0").unwrap(), None);
+        assert_eq!(link_facts("a-name-longer-than-ifnamsiz").unwrap(), None);
     }
 
     #[test]

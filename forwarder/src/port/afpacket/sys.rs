@@ -1,5 +1,6 @@
 //! The only `unsafe` in the AF_PACKET backend: thin wrappers over the `libc` calls it needs
-//! (socket, bind, setsockopt, if_nametoindex, recvmmsg, sendmmsg). Each wrapper maps `-1` to
+//! (socket, bind, setsockopt, if_nametoindex, recvmmsg, sendmmsg, and the interface ioctls
+//! preflight reads link state and offloads with). Each wrapper maps `-1` to
 //! `io::Error::last_os_error()` and owns nothing beyond the file descriptor; policy (which options,
 //! what an error means to the user) lives in the parent module.
 //!
@@ -43,6 +44,128 @@ pub(crate) fn if_index(name: &str) -> io::Result<Option<u32>> {
         Some(libc::ENODEV) | Some(libc::ENXIO) | Some(libc::EINVAL) => Ok(None),
         _ => Err(err),
     }
+}
+
+/// `struct ifreq` (linux/if.h): an interface name and a 24-byte union of answers.
+#[repr(C)]
+struct IfReq {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    data: IfReqData,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+union IfReqData {
+    flags: libc::c_short,
+    mtu: libc::c_int,
+    ptr: *mut libc::c_void,
+    pad: [u8; 24],
+}
+
+/// `struct ethtool_value` (linux/ethtool.h), the answer of the legacy get commands.
+#[repr(C)]
+struct EthtoolValue {
+    cmd: u32,
+    data: u32,
+}
+
+/// `struct ethtool_drvinfo` (linux/ethtool.h), of which only the driver name is read.
+#[repr(C)]
+struct EthtoolDrvinfo {
+    cmd: u32,
+    driver: [u8; 32],
+    version: [u8; 32],
+    fw_version: [u8; 32],
+    bus_info: [u8; 32],
+    erom_version: [u8; 32],
+    reserved2: [u8; 12],
+    counts: [u32; 5],
+}
+
+/// `ETHTOOL_GDRVINFO`.
+const ETHTOOL_GDRVINFO: u32 = 0x03;
+
+/// An `AF_INET` datagram socket, which any process may open, for interface ioctls; they
+/// answer for the caller's network namespace.
+fn control_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with constant arguments; no pointers involved.
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn ifreq(name: &str) -> io::Result<IfReq> {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        data: IfReqData { pad: [0; 24] },
+    };
+    for (d, s) in req.name.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    Ok(req)
+}
+
+fn ioctl(fd: &OwnedFd, request: libc::c_ulong, req: &mut IfReq) -> io::Result<()> {
+    // SAFETY: `req` is a valid, initialised `struct ifreq` that outlives the call, and every
+    // request passed here reads or writes only an ifreq (and, for SIOCETHTOOL, the buffer its
+    // `ptr` points to, which the caller keeps alive and sized for the command).
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), request as _, req as *mut IfReq) })?;
+    Ok(())
+}
+
+/// The interface flags (`IFF_UP`, `IFF_RUNNING`, ...) of `name`; `ENODEV` when there is no
+/// such interface in this network namespace.
+pub(crate) fn if_flags(name: &str) -> io::Result<u32> {
+    let fd = control_socket()?;
+    let mut req = ifreq(name)?;
+    ioctl(&fd, libc::SIOCGIFFLAGS as libc::c_ulong, &mut req)?;
+    // SAFETY: SIOCGIFFLAGS succeeded, so the kernel wrote the flags member.
+    Ok(u32::from(unsafe { req.data.flags } as u16))
+}
+
+/// The MTU of `name`.
+pub(crate) fn if_mtu(name: &str) -> io::Result<u32> {
+    let fd = control_socket()?;
+    let mut req = ifreq(name)?;
+    ioctl(&fd, libc::SIOCGIFMTU as libc::c_ulong, &mut req)?;
+    // SAFETY: SIOCGIFMTU succeeded, so the kernel wrote the mtu member.
+    Ok(unsafe { req.data.mtu }.max(0) as u32)
+}
+
+/// The answer of a legacy ethtool get command (`ETHTOOL_GGRO`, `ETHTOOL_GTSO`, ...) for
+/// `name`: the feature's state as 0 or 1, or a flag word for `ETHTOOL_GFLAGS`.
+pub(crate) fn ethtool_value(name: &str, cmd: u32) -> io::Result<u32> {
+    let fd = control_socket()?;
+    let mut req = ifreq(name)?;
+    let mut value = EthtoolValue { cmd, data: 0 };
+    req.data.ptr = (&mut value as *mut EthtoolValue).cast();
+    ioctl(&fd, libc::SIOCETHTOOL as libc::c_ulong, &mut req)?;
+    Ok(value.data)
+}
+
+/// The kernel driver behind `name` ("veth", "ixgbe"), as `ethtool -i` shows it.
+pub(crate) fn ethtool_driver(name: &str) -> io::Result<String> {
+    let fd = control_socket()?;
+    let mut req = ifreq(name)?;
+    let mut info = EthtoolDrvinfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        version: [0; 32],
+        fw_version: [0; 32],
+        bus_info: [0; 32],
+        erom_version: [0; 32],
+        reserved2: [0; 12],
+        counts: [0; 5],
+    };
+    req.data.ptr = (&mut info as *mut EthtoolDrvinfo).cast();
+    ioctl(&fd, libc::SIOCETHTOOL as libc::c_ulong, &mut req)?;
+    let end = info.driver.iter().position(|b| *b == 0).unwrap_or(32);
+    Ok(String::from_utf8_lossy(&info.driver[..end]).into_owned())
 }
 
 /// What [`PacketSocket::recv_batch`] learned about one frame.

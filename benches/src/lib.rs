@@ -1,13 +1,15 @@
 //! Shared helpers for the benchmark harnesses in `src/bin/`: a network-namespace lab that
 //! cleans up after itself ([`lab`]), a counter sampler that runs inside a namespace
-//! ([`sampler`]), starting cakewalk in it ([`cakewalk`]), Markdown tables and the `BENCHMARKS.md` section writer ([`report`]), PNG
-//! plots ([`plot`]), rate and duration parsing ([`units`]) and a progress bar that also logs
-//! ([`progress`]).
+//! ([`sampler`]), starting cakewalk in it ([`cakewalk`]), Markdown tables and the
+//! `BENCHMARKS.md` section writer ([`report`]), the qdisc section from criterion's results
+//! ([`criterion`]), PNG plots ([`plot`]), rate and duration parsing ([`units`]) and a
+//! progress bar that also logs ([`progress`]).
 //!
 //! None of this shapes packets; the harnesses compare shapers (kernel HTB/TBF, cakewalk) by
 //! what leaves them on the wire. Every network helper acts only inside namespaces it created.
 
 pub mod cakewalk;
+pub mod criterion;
 pub mod lab;
 pub mod plot;
 pub mod progress;

@@ -60,6 +60,62 @@ fn markers(name: &str) -> (String, String) {
     )
 }
 
+/// Widest prose line [`update_section`] writes: BENCHMARKS.md is read in terminals and diffs.
+pub const PROSE_WIDTH: usize = 100;
+
+/// Wraps the prose lines of Markdown `text` at `width` characters, at spaces. Table rows,
+/// headings, images, HTML comments and fenced code are left as they are, and so is a word
+/// longer than the width; a list item's continuation lines are indented under its text.
+/// Lines are only split, never joined, so wrapping wrapped text changes nothing.
+pub fn wrap_prose(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / width.max(1));
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        let verbatim = fenced
+            || line.chars().count() <= width
+            || ["|", "#", "!", "<!--", "```"]
+                .iter()
+                .any(|p| line.trim_start().starts_with(p));
+        if verbatim {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let body = line.trim_start();
+        let indent = line.len() - body.len();
+        let marker = ["* ", "- "]
+            .iter()
+            .find(|m| body.starts_with(*m))
+            .map_or(0, |m| m.len());
+        let hang = " ".repeat(indent + marker);
+        let mut current = line[..indent + marker].to_string();
+        let mut empty = true;
+        for word in body[marker..].split(' ').filter(|w| !w.is_empty()) {
+            let fits = current.chars().count() + 1 + word.chars().count() <= width;
+            if !empty && !fits {
+                out.push_str(&current);
+                out.push('\n');
+                current = hang.clone();
+                empty = true;
+            }
+            if !empty {
+                current.push(' ');
+            }
+            current.push_str(word);
+            empty = false;
+        }
+        out.push_str(&current);
+        out.push('\n');
+    }
+    if !text.ends_with('\n') {
+        out.pop();
+    }
+    out
+}
+
 /// Replaces the section `name` of the Markdown file at `path` with `body` (creating the file
 /// with a title, or appending the section, when missing). Text outside the section is kept.
 ///
@@ -71,12 +127,14 @@ pub fn update_section(path: &Path, name: &str, body: &str) -> std::io::Result<()
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::from(
             "# Benchmarks\n\nMeasured by the harnesses in `benches/` (one section each, rewritten \
-             by the harness that owns it; see `scripts/bench-smoke`). Kernel numbers are context, \
-             not pass/fail.\n",
+             by the\nharness that owns it). Kernel numbers are context, not pass/fail.\n",
         ),
         Err(e) => return Err(e),
     };
-    let section = format!("{begin}\n{}\n{end}", body.trim_end());
+    let section = format!(
+        "{begin}\n{}\n{end}",
+        wrap_prose(body.trim_end(), PROSE_WIDTH)
+    );
     let new = match (old.find(&begin), old.find(&end)) {
         (Some(b), Some(e)) if e > b => {
             format!("{}{section}{}", &old[..b], &old[e + end.len()..])
@@ -200,6 +258,54 @@ mod tests {
         assert!(s.contains("v2") && !s.contains("v1"), "{s}");
         assert!(s.contains("keep me"));
         assert!(s.find("Accuracy").unwrap() < s.find("Pktgen").unwrap());
+    }
+
+    #[test]
+    fn prose_is_wrapped_and_tables_headings_and_code_are_not() {
+        let long = "word ".repeat(40);
+        let code = "code ".repeat(40);
+        let text =
+            format!("## {long}\n\n{long}\n* {long}\n| {long} |\n```\n{code}\n```\n<!-- {long} -->");
+        let wrapped = wrap_prose(&text, 30);
+        let lines: Vec<&str> = wrapped.lines().collect();
+        assert!(lines[0].starts_with("## ") && lines[0].len() > 30);
+        let prose: Vec<&&str> = lines.iter().filter(|l| l.starts_with("word")).collect();
+        assert!(
+            prose.len() > 5 && prose.iter().all(|l| l.len() <= 30),
+            "{wrapped}"
+        );
+        assert!(
+            lines.iter().any(|l| l.starts_with("  word")),
+            "list items hang: {wrapped}"
+        );
+        assert!(lines.iter().any(|l| l.starts_with("| ") && l.len() > 30));
+        assert!(lines.iter().any(|l| l.starts_with("<!-- ") && l.len() > 30));
+        assert_eq!(
+            wrapped.matches(long.trim()).count(),
+            3,
+            "table kept: {wrapped}"
+        );
+        assert!(wrapped.contains(code.trim()), "code kept: {wrapped}");
+        assert_eq!(
+            wrap_prose(&wrapped, 30),
+            wrapped,
+            "wrapping twice changes nothing"
+        );
+        assert_eq!(
+            wrapped.split_whitespace().filter(|w| *w == "word").count(),
+            text.split_whitespace().filter(|w| *w == "word").count()
+        );
+    }
+
+    #[test]
+    fn a_section_is_written_with_its_prose_wrapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("BENCHMARKS.md");
+        let body = format!("## T\n\n{}\n\n| a | b |", "x ".repeat(200));
+        update_section(&p, "t", &body).unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.lines().all(|l| l.len() <= PROSE_WIDTH), "{s}");
+        assert!(s.contains("| a | b |\n<!-- bench:t:end -->"), "{s}");
     }
 
     #[test]

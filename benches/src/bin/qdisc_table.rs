@@ -1,0 +1,106 @@
+//! `qdisc_table`: turns what criterion wrote for `qdisc/benches/cake.rs` into the qdisc
+//! section of `BENCHMARKS.md` (see [`cakewalk_benches::criterion`]). `scripts/bench-qdisc`
+//! runs the bench and then this; run alone, it renders whatever `target/criterion` holds.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use clap::Parser;
+
+use cakewalk_benches::criterion::{collect, section, RunInfo};
+use cakewalk_benches::report::{load_average, machine_line, update_section, utc_now};
+
+#[derive(Parser, Debug)]
+#[command(about = "Render criterion's qdisc results as the qdisc section of BENCHMARKS.md")]
+struct Args {
+    /// Criterion's output directory (default: $CARGO_TARGET_DIR/criterion, else
+    /// target/criterion).
+    #[arg(long)]
+    criterion_dir: Option<PathBuf>,
+    /// Use only rows written at or after this time (seconds since the Unix epoch), so that
+    /// older results in the directory are left out.
+    #[arg(long)]
+    since: Option<u64>,
+    /// The command to print as the one that reproduces the table.
+    #[arg(long, default_value = "scripts/bench-qdisc --write")]
+    command: String,
+    /// Rewrite the qdisc section of the file given by --file.
+    #[arg(long)]
+    write: bool,
+    /// The file whose qdisc section --write rewrites.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    file: PathBuf,
+}
+
+fn commit() -> String {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output();
+    let dirty = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty());
+    match out {
+        Ok(o) if o.status.success() => {
+            let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            if dirty {
+                format!("{id} (with uncommitted changes)")
+            } else {
+                id
+            }
+        }
+        _ => "unknown".to_string(),
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
+    let dir = args.criterion_dir.clone().unwrap_or_else(|| {
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| PathBuf::from("target"), PathBuf::from)
+            .join("criterion")
+    });
+    let since = args
+        .since
+        .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+    let rows = collect(&dir, since)?;
+    if rows.is_empty() {
+        anyhow::bail!(
+            "no criterion results in {}{}: run `cargo bench -p qdisc --bench cake` first \
+             (scripts/bench-qdisc does both)",
+            dir.display(),
+            if since.is_some() {
+                " newer than --since"
+            } else {
+                ""
+            }
+        );
+    }
+    let run = RunInfo {
+        date: utc_now(),
+        commit: commit(),
+        machine: machine_line(),
+        load: load_average(),
+        command: args.command.clone(),
+    };
+    let body = section(&rows, &run);
+    println!("{body}");
+    if args.write {
+        update_section(&args.file, "qdisc", &body)
+            .with_context(|| format!("updating {}", args.file.display()))?;
+        eprintln!("wrote the qdisc section of {}", args.file.display());
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

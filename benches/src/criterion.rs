@@ -1,0 +1,431 @@
+//! The qdisc section of `BENCHMARKS.md`: reads what criterion wrote for the bench
+//! `qdisc/benches/cake.rs` (`target/criterion/**/new/`) and renders the matrix as one table,
+//! criterion's mean and the fastest sample of every row, with the goal rows checked.
+//!
+//! Only rows measured since a given time are used, so a run of a few rows never mixes with
+//! older results left in `target/criterion` by another revision.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+
+use crate::report::Table;
+
+/// One criterion row, in nanoseconds per iteration (one packet in every row of the bench).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measurement {
+    /// Criterion's estimate of the mean.
+    pub mean_ns: f64,
+    /// The fastest sample: the least `time / iterations` over the samples.
+    pub min_ns: f64,
+}
+
+#[derive(serde::Deserialize)]
+struct Benchmark {
+    full_id: String,
+}
+
+#[derive(serde::Deserialize)]
+struct Estimates {
+    mean: Estimate,
+}
+
+#[derive(serde::Deserialize)]
+struct Estimate {
+    point_estimate: f64,
+}
+
+#[derive(serde::Deserialize)]
+struct Sample {
+    iters: Vec<f64>,
+    times: Vec<f64>,
+}
+
+/// Reads one row from a criterion `new/` directory: its id and its measurement.
+///
+/// # Errors
+/// A file missing or not in criterion's format, with its path.
+pub fn read_row(new_dir: &Path) -> anyhow::Result<(String, Measurement)> {
+    fn json<T: serde::de::DeserializeOwned>(path: PathBuf) -> anyhow::Result<T> {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    }
+    let bench: Benchmark = json(new_dir.join("benchmark.json"))?;
+    let estimates: Estimates = json(new_dir.join("estimates.json"))?;
+    let sample: Sample = json(new_dir.join("sample.json"))?;
+    let min_ns = sample
+        .iters
+        .iter()
+        .zip(&sample.times)
+        .filter(|(i, _)| **i > 0.0)
+        .map(|(i, t)| t / i)
+        .fold(f64::INFINITY, f64::min);
+    if !min_ns.is_finite() {
+        anyhow::bail!("{} holds no samples", new_dir.join("sample.json").display());
+    }
+    Ok((
+        bench.full_id,
+        Measurement {
+            mean_ns: estimates.mean.point_estimate,
+            min_ns,
+        },
+    ))
+}
+
+/// Every row under `criterion_dir` whose estimates were written at or after `since` (all of
+/// them when `None`), by criterion id ("cake_diffserv3_triple/unlimited/1024").
+///
+/// # Errors
+/// An unreadable directory or row.
+pub fn collect(
+    criterion_dir: &Path,
+    since: Option<SystemTime>,
+) -> anyhow::Result<BTreeMap<String, Measurement>> {
+    let mut rows = BTreeMap::new();
+    let mut stack = vec![criterion_dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries =
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
+        for entry in entries {
+            let path = entry?.path();
+            if !path.is_dir() {
+                continue;
+            }
+            let estimates = path.join("estimates.json");
+            if path.file_name().is_some_and(|n| n == "new") && estimates.is_file() {
+                let written = std::fs::metadata(&estimates)?.modified()?;
+                let recent = match since {
+                    Some(s) => written >= s,
+                    None => true,
+                };
+                if recent {
+                    let (id, m) = read_row(&path)?;
+                    rows.insert(id, m);
+                }
+            } else if path
+                .file_name()
+                .is_some_and(|n| n != "report" && n != "base")
+            {
+                stack.push(path);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The criterion id of the goal row (docs/design.md, goal G6).
+pub const GOAL_ROW: &str = "cake_diffserv3_triple/unlimited/1024";
+/// The goal row's bound, ns per packet.
+pub const GOAL_NS: f64 = 50.0;
+/// The DRR++ floor on the goal row's workload (goal G4).
+pub const FLOOR_ROW: &str = "drr_floor_diffserv3/unlimited/1024";
+/// G4: the goal row's packet rate as a share of the floor's, at least this.
+pub const FLOOR_SHARE: f64 = 0.65;
+/// The FIFO row checked against [`FIFO_NS`].
+pub const FIFO_ROW: &str = "fifo/unlimited/1024";
+/// The FIFO's bound, ns per packet.
+pub const FIFO_NS: f64 = 10.0;
+
+/// The rows of the table in order: a label, the unlimited row's id and the shaped row's id.
+fn layout() -> Vec<(String, String, Option<String>)> {
+    let mut rows = Vec::new();
+    let families = [
+        ("fifo", "FIFO (3-band)", false),
+        ("cake_besteffort_flows", "CAKE besteffort, flows", true),
+        (
+            "cake_besteffort_triple",
+            "CAKE besteffort, triple-isolate",
+            true,
+        ),
+        ("cake_diffserv3_flows", "CAKE diffserv3, flows", true),
+        (
+            "cake_diffserv3_triple",
+            "CAKE diffserv3, triple-isolate",
+            true,
+        ),
+    ];
+    for (id, label, shaped) in families {
+        for flows in [1, 64, 1024, 10_000] {
+            let flows_label = if flows == 10_000 {
+                "10 000".to_string()
+            } else {
+                flows.to_string()
+            };
+            rows.push((
+                format!("{label} | {flows_label}"),
+                format!("{id}/unlimited/{flows}"),
+                shaped.then(|| format!("{id}/shaped/{flows}")),
+            ));
+        }
+    }
+    let extras = [
+        (
+            "CAKE diffserv3, triple-isolate, bursts of 32 in / 32 out | 1024",
+            "cake_diffserv3_triple_burst32/unlimited/1024",
+        ),
+        (
+            "CAKE diffserv3, triple-isolate, 64-byte frames | 1024",
+            "cake_diffserv3_triple_64B/unlimited/1024",
+        ),
+        (
+            "CAKE diffserv3, triple-isolate, 64-byte frames, bursts of 32 | 1024",
+            "cake_diffserv3_triple_64B_burst32/unlimited/1024",
+        ),
+        (
+            "CAKE diffserv3, triple-isolate, NIC RSS hash reused | 1024",
+            "cake_diffserv3_triple_rss/unlimited/1024",
+        ),
+        (
+            "DRR++ floor (`qdisc::testing::DrrFloor`), 1000 B | 1024",
+            FLOOR_ROW,
+        ),
+        (
+            "DRR++ floor, 64 B | 1024",
+            "drr_floor_diffserv3_64B/unlimited/1024",
+        ),
+        (
+            "CAKE `try_bypass` (empty, unlimited) | 1",
+            "cake_diffserv3_triple/bypass/1",
+        ),
+    ];
+    for (label, id) in extras {
+        rows.push((label.to_string(), id.to_string(), None));
+    }
+    rows
+}
+
+fn cell(m: Option<&Measurement>, bold: bool) -> String {
+    match m {
+        None => "-".to_string(),
+        Some(m) if bold => format!("**{:.1} / {:.1}**", m.mean_ns, m.min_ns),
+        Some(m) => format!("{:.1} / {:.1}", m.mean_ns, m.min_ns),
+    }
+}
+
+/// Renders the rows as the matrix table; rows with no measurement are left out, and rows
+/// the layout does not know (a bench added later) follow at the end under their id.
+pub fn matrix(rows: &BTreeMap<String, Measurement>) -> Table {
+    let mut t = Table::new(&[
+        "qdisc",
+        "flows",
+        "unlimited ns/pkt (mean / min)",
+        "shaped 10 Gbit ns/pkt (mean / min)",
+    ]);
+    let mut placed = Vec::new();
+    for (label, unlimited, shaped) in layout() {
+        let u = rows.get(&unlimited);
+        let s = shaped.as_ref().and_then(|id| rows.get(id));
+        placed.push(unlimited.clone());
+        placed.extend(shaped);
+        if u.is_none() && s.is_none() {
+            continue;
+        }
+        let (name, flows) = label.split_once(" | ").unwrap_or((&label, ""));
+        t.push(vec![
+            name.to_string(),
+            flows.to_string(),
+            cell(u, unlimited == GOAL_ROW),
+            cell(s, false),
+        ]);
+    }
+    for (id, m) in rows {
+        if !placed.contains(id) {
+            t.push(vec![
+                format!("`{id}`"),
+                String::new(),
+                cell(Some(m), false),
+                "-".into(),
+            ]);
+        }
+    }
+    t
+}
+
+/// One sentence per goal whose rows were measured: the goal row against 50 ns (G6), the
+/// FIFO against 10 ns, and the goal row's packet rate as a share of the DRR++ floor's (G4).
+pub fn goals(rows: &BTreeMap<String, Measurement>) -> Vec<String> {
+    let verdict = |met: bool| if met { "met" } else { "not met" };
+    let mut out = Vec::new();
+    if let Some(g) = rows.get(GOAL_ROW) {
+        out.push(format!(
+            "G6, the goal row (`{GOAL_ROW}`) <= {GOAL_NS:.0} ns: {:.1} ns, {}.",
+            g.mean_ns,
+            verdict(g.mean_ns <= GOAL_NS)
+        ));
+        if let Some(f) = rows.get(FLOOR_ROW) {
+            let share = f.mean_ns / g.mean_ns;
+            out.push(format!(
+                "G4, the goal row's packet rate >= {FLOOR_SHARE:.2} of the DRR++ floor's: {share:.2}, {}.",
+                verdict(share >= FLOOR_SHARE)
+            ));
+        }
+    }
+    if let Some(f) = rows.get(FIFO_ROW) {
+        out.push(format!(
+            "FIFO (`{FIFO_ROW}`) <= {FIFO_NS:.0} ns: {:.1} ns, {}.",
+            f.mean_ns,
+            verdict(f.mean_ns <= FIFO_NS)
+        ));
+    }
+    out
+}
+
+/// What the section says about the run besides the table.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    /// When the run ended ("2026-12-05 20:29 UTC").
+    pub date: String,
+    /// The commit measured.
+    pub commit: String,
+    /// The machine line ([`crate::report::machine_line`]).
+    pub machine: String,
+    /// The 1-minute load average at the end.
+    pub load: String,
+    /// The command that reproduces the run.
+    pub command: String,
+}
+
+/// The whole `qdisc` section of `BENCHMARKS.md`.
+pub fn section(rows: &BTreeMap<String, Measurement>, run: &RunInfo) -> String {
+    let goals = goals(rows);
+    format!(
+        "## qdisc micro-benchmarks (criterion)\n\n\
+         {date} at commit {commit} on {machine} (load average at the end: {load}). \
+         Command: `{command}` (source `qdisc/benches/cake.rs`).\n\n\
+         One iteration enqueues one 1000-byte packet and dequeues one, with the queue \
+         pre-filled with one packet per flow; flows are UDP 5-tuples over 64 source and 16 \
+         destination hosts, visited round robin, and the diffserv3 rows mark 10 % EF and \
+         10 % CS1. Unlimited rows advance virtual time 100 ns per packet; shaped rows \
+         (10 Gbit/s) advance it one packet time, so the shaper lets one packet out per \
+         iteration. The burst rows enqueue 32, then dequeue 32, as the forwarder's TX queues \
+         do. Each cell is criterion's mean / the fastest of its samples, in ns per packet. \
+         The DRR++ floor (`qdisc::testing::DrrFloor`) is CAKE's DRR++ skeleton alone \
+         (tin choice, new and old lists, a packet slab) on the goal row's workload: no CAKE \
+         can be faster, so CAKE's distance from it is what CAKE's features cost.\n\n\
+         {table}\n{goals}",
+        date = run.date,
+        commit = run.commit,
+        machine = run.machine,
+        load = run.load,
+        command = run.command,
+        table = matrix(rows).to_markdown(),
+        goals = if goals.is_empty() {
+            String::new()
+        } else {
+            format!("Goals (docs/design.md): {}\n", goals.join(" "))
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_row(root: &Path, dir: &str, id: &str, mean: f64, samples: &[(f64, f64)]) {
+        let new = root.join(dir).join("new");
+        std::fs::create_dir_all(&new).unwrap();
+        std::fs::write(
+            new.join("benchmark.json"),
+            format!(r#"{{"group_id":"x","full_id":"{id}","directory_name":"{dir}"}}"#),
+        )
+        .unwrap();
+        std::fs::write(
+            new.join("estimates.json"),
+            format!(r#"{{"mean":{{"point_estimate":{mean},"standard_error":0.1}}}}"#),
+        )
+        .unwrap();
+        let (iters, times): (Vec<f64>, Vec<f64>) = samples.iter().copied().unzip();
+        std::fs::write(
+            new.join("sample.json"),
+            serde_json::json!({"sampling_mode": "Linear", "iters": iters, "times": times})
+                .to_string(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn rows_are_read_with_their_mean_and_fastest_sample() {
+        let dir = tempfile::tempdir().unwrap();
+        write_row(
+            dir.path(),
+            "cake_diffserv3_triple/unlimited/1024",
+            GOAL_ROW,
+            48.04,
+            &[(10.0, 500.0), (20.0, 940.0), (30.0, 1500.0)],
+        );
+        write_row(
+            dir.path(),
+            "fifo/unlimited/1024",
+            FIFO_ROW,
+            3.8,
+            &[(100.0, 370.0)],
+        );
+        let rows = collect(dir.path(), None).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            rows[GOAL_ROW],
+            Measurement {
+                mean_ns: 48.04,
+                min_ns: 47.0
+            }
+        );
+        let in_future = SystemTime::now() + std::time::Duration::from_secs(3600);
+        assert!(collect(dir.path(), Some(in_future)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_table_follows_the_layout_and_keeps_unknown_rows() {
+        let mut rows = BTreeMap::new();
+        let m = |mean_ns, min_ns| Measurement { mean_ns, min_ns };
+        rows.insert(GOAL_ROW.to_string(), m(47.94, 46.9));
+        rows.insert("cake_diffserv3_triple/shaped/1024".into(), m(48.6, 46.9));
+        rows.insert(FLOOR_ROW.to_string(), m(23.9, 22.4));
+        rows.insert("a_new_bench/unlimited/1".into(), m(1.0, 0.9));
+        let md = matrix(&rows).to_markdown();
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(
+            lines[2],
+            "| CAKE diffserv3, triple-isolate | 1024 | **47.9 / 46.9** | 48.6 / 46.9 |"
+        );
+        assert!(lines[3].starts_with("| DRR++ floor (`qdisc::testing::DrrFloor`), 1000 B | 1024 |"));
+        assert_eq!(lines[4], "| `a_new_bench/unlimited/1` |  | 1.0 / 0.9 | - |");
+        assert_eq!(lines.len(), 5);
+        let g = goals(&rows).join(" ");
+        assert!(
+            g.contains("47.9 ns, met") && g.contains("0.50, not met"),
+            "{g}"
+        );
+    }
+
+    #[test]
+    fn the_section_names_its_command_commit_and_machine() {
+        let mut rows = BTreeMap::new();
+        rows.insert(
+            FIFO_ROW.to_string(),
+            Measurement {
+                mean_ns: 3.8,
+                min_ns: 3.7,
+            },
+        );
+        let run = RunInfo {
+            date: "2026-12-05 20:29 UTC".into(),
+            commit: "0d13c69".into(),
+            machine: "Intel Xeon, 2 cores".into(),
+            load: "0.9".into(),
+            command: "scripts/bench-qdisc --write".into(),
+        };
+        let s = section(&rows, &run);
+        assert!(s.starts_with("## qdisc micro-benchmarks (criterion)\n"));
+        for needle in [
+            "0d13c69",
+            "Intel Xeon",
+            "`scripts/bench-qdisc --write`",
+            "3.8 ns, met",
+        ] {
+            assert!(s.contains(needle), "{needle}: {s}");
+        }
+    }
+}

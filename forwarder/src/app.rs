@@ -275,7 +275,8 @@ pub struct SoftPorts {
     pub health: Vec<(usize, PortHealth)>,
 }
 
-/// Says what broke once a port can no longer forward anything; `None` while it can.
+/// Says what broke, and what to do about it, once a port can no longer do its job (forward,
+/// or write its output); `None` while it can.
 pub type PortHealth = Box<dyn Fn() -> Option<String> + Send + Sync>;
 
 /// How often the supervisor runs the ports' health checks.
@@ -380,6 +381,17 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                 for _ in 0..tx_queues {
                     ptx.push(Box::new(PcapTx::new(sink.clone(), counters.clone())));
                 }
+                if spec.output.is_some() {
+                    let c = counters.clone();
+                    health.push((
+                        p,
+                        Box::new(move || {
+                            c.failure.get().map(|e| {
+                                format!("{e}; frames not written are counted as tx_refused; free space or choose another --output, then run again")
+                            })
+                        }),
+                    ));
+                }
                 let c = counters;
                 backend.push((
                     p,
@@ -401,7 +413,13 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                 let port = crate::port::afpacket::AfPacketPort::open(&ac, pool)
                     .with_context(|| format!("port {name}: opening '{}'", spec.iface))?;
                 let st = port.stats();
-                health.push((p, Box::new(port.health_check()) as PortHealth));
+                let check = port.health_check();
+                health.push((
+                    p,
+                    Box::new(move || {
+                        check().map(|why| format!("{why}; start it again once the interface is back (the systemd unit's Restart=on-failure does so)"))
+                    }),
+                ));
                 backend.push((
                     p,
                     Box::new(move || {
@@ -786,7 +804,7 @@ fn supervise<P: PortBuf>(
         bail!("{panicked} worker thread(s) panicked; the report above is incomplete");
     }
     if let Some(fault) = port_fault {
-        bail!("{fault}: cakewalk stopped; start it again once the interface is back (the systemd unit's Restart=on-failure does so)");
+        bail!("cakewalk stopped: {fault}");
     }
     if !r.conservation.ok {
         bail!(

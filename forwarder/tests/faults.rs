@@ -230,3 +230,179 @@ fn sigterm_is_not_delayed_by_a_stuck_control_client() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("stopped: signal"));
 }
+
+/// `n` UDP frames of 64 flows (distinct source ports), 100 to 1000 bytes.
+fn udp_frames(n: usize) -> Vec<Vec<u8>> {
+    use std::net::{IpAddr, Ipv4Addr};
+    (0..n)
+        .map(|i| {
+            let mut buf = vec![0u8; 1100];
+            let len = forwarder::wire::build_udp_frame(
+                &mut buf,
+                IpAddr::V4(Ipv4Addr::new(198, 18, 0, (i % 64) as u8)),
+                IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)),
+                4000 + (i % 64) as u16,
+                5000,
+                0,
+                0,
+                100 + (i * 7) % 900,
+            )
+            .expect("fits");
+            buf.truncate(len);
+            buf
+        })
+        .collect()
+}
+
+/// The value of `key` (as in "pcap_written 123") on the final report's line `what port:`
+/// ("port b:", "backend b:").
+fn counter(stdout: &str, what: &str, port: &str, key: &str) -> u64 {
+    let line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{what} {port}:")))
+        .unwrap_or_else(|| panic!("no line for port {port}:\n{stdout}"));
+    let at = line
+        .find(&format!("{key} "))
+        .unwrap_or_else(|| panic!("no {key} on {line}"));
+    line[at + key.len() + 1..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn two_workers_writing_one_capture_put_every_counted_frame_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    let output = dir.path().join("out.pcap");
+    let frames = udp_frames(20_000);
+    forwarder::port::pcap::write_pcap(&input, &frames).unwrap();
+    let mut c = cakewalk_run();
+    c.args([
+        "--port-kind",
+        "pcap",
+        "--input",
+        &s(&input),
+        "--output",
+        &s(&output),
+    ])
+    .args(["--workers", "2", "--queues", "2", "--rate", "100mbit"])
+    .args(["--duration", "60s", "--control", "off"])
+    .args(["--set", "ports.bidirectional=false"])
+    .args(["--set", "engine.drain_timeout=\"30s\""]);
+    let out = wait_bounded(spawn(c), Duration::from_secs(180));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("already closed"),
+        "{}",
+        text(&out.stderr)
+    );
+    let on_disk = forwarder::port::pcap::PcapFrames::load(&output).unwrap();
+    let written = counter(&stdout, "backend", "b", "pcap_written");
+    assert_eq!(on_disk.len() as u64, written, "{stdout}");
+    // Both TX queues wrote, and everything sent to port b is counted by pcap_written.
+    let tx = counter(&stdout, "port", "b", "tx");
+    assert_eq!(written, tx, "{stdout}");
+    assert!(!stdout.contains("tx_refused"), "{stdout}");
+}
+
+#[test]
+fn an_output_that_cannot_be_written_is_a_failed_run_that_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    forwarder::port::pcap::write_pcap(&input, &udp_frames(100)).unwrap();
+    let mut c = cakewalk_run();
+    c.args([
+        "--port-kind",
+        "pcap",
+        "--input",
+        &s(&input),
+        "--output",
+        "/dev/full",
+    ])
+    .args(["--duration", "30s", "--control", "off"])
+    .args(["--set", "ports.bidirectional=false"]);
+    let out = wait_bounded(spawn(c), Duration::from_secs(120));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    // The header is written when the output is made: the run stops before it starts.
+    assert!(
+        stderr.contains("cannot write pcap output '/dev/full': No space left on device"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("pcap_written"), "{stdout}");
+}
+
+/// A tmpfs of `size` mounted on a new temporary directory, unmounted when dropped; `None`
+/// when this is not root (or mount fails), and the caller skips.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallDisk { dir })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[test]
+fn a_disk_that_fills_up_stops_the_run_and_the_file_holds_what_was_counted() {
+    let Some(disk) = SmallDisk::mount("256k") else {
+        eprintln!("SKIP: mounting a small tmpfs needs root");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    forwarder::port::pcap::write_pcap(&input, &udp_frames(5_000)).unwrap();
+    let output = disk.dir.path().join("out.pcap");
+    let mut c = cakewalk_run();
+    c.args([
+        "--port-kind",
+        "pcap",
+        "--input",
+        &s(&input),
+        "--output",
+        &s(&output),
+    ])
+    .args([
+        "--rate",
+        "unlimited",
+        "--duration",
+        "60s",
+        "--control",
+        "off",
+    ])
+    .args(["--set", "ports.bidirectional=false"]);
+    let out = wait_bounded(spawn(c), Duration::from_secs(180));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("failed: No space left on device") && stderr.contains("--output"),
+        "{stderr}"
+    );
+    let on_disk = forwarder::port::pcap::PcapFrames::load(&output).unwrap();
+    assert!(!on_disk.truncated(), "a partial record was left");
+    let written = counter(&stdout, "backend", "b", "pcap_written");
+    assert!(written > 0 && written < 5_000, "{stdout}");
+    assert_eq!(on_disk.len() as u64, written, "{stdout}");
+    assert!(
+        stdout.contains("conservation") && stdout.contains(": ok"),
+        "{stdout}"
+    );
+}

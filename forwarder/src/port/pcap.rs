@@ -9,13 +9,15 @@
 //! the file's timestamps is not done: the file is replayed as fast as the pool allows.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+#[cfg(test)]
+use pcap_file::pcap::PcapHeader;
+use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
 
@@ -71,7 +73,7 @@ pub enum PcapError {
         harm: &'static str,
     },
     /// The output file could not be created.
-    #[error("cannot write pcap output '{path}': {reason}; check that the directory exists and is writable")]
+    #[error("cannot write pcap output '{path}': {reason}; check that the directory exists, is writable and has free space")]
     Create {
         /// The file.
         path: PathBuf,
@@ -298,10 +300,14 @@ pub struct PcapCounters {
     pub read: AtomicU64,
     /// Input frames skipped because they are larger than a pool buffer.
     pub oversize: AtomicU64,
-    /// Frames written to the output.
+    /// Frames written to the output, by all its transmit queues: counted once the write
+    /// that carried them succeeded.
     pub written: AtomicU64,
-    /// Frames that could not be written (I/O error).
+    /// Frames that could not be written (I/O error), by all transmit queues.
     pub write_errors: AtomicU64,
+    /// The first write error, with the output it concerns: the port can no longer do its
+    /// job, and the run stops with it.
+    pub failure: OnceLock<String>,
 }
 
 /// The receive half: replays the input file.
@@ -375,10 +381,49 @@ impl PortRx for PcapRx {
     }
 }
 
-/// A pcap file writer shared by the transmit queues of one port.
+/// Where a [`PcapSink`] writes: a file, or in tests something that fails on cue.
+pub trait SinkFile: Write + Send {
+    /// Cuts the output back to its first `len` bytes, so that a write that failed half way
+    /// leaves no partial record behind.
+    fn cut_to(&mut self, len: u64) -> std::io::Result<()>;
+}
+
+impl SinkFile for File {
+    fn cut_to(&mut self, len: u64) -> std::io::Result<()> {
+        use std::io::Seek;
+        // A device such as /dev/full has no length to set: nothing partial stays there.
+        if self.metadata()?.is_file() {
+            self.set_len(len)?;
+            self.seek(std::io::SeekFrom::Start(len))?;
+        }
+        Ok(())
+    }
+}
+
+/// The pcap file header: nanosecond timestamps, native byte order, Ethernet.
+fn file_header() -> [u8; 24] {
+    let mut h = [0u8; 24];
+    h[0..4].copy_from_slice(&0xa1b2_3c4du32.to_ne_bytes());
+    h[4..6].copy_from_slice(&2u16.to_ne_bytes());
+    h[6..8].copy_from_slice(&4u16.to_ne_bytes());
+    h[16..20].copy_from_slice(&SNAPLEN.to_ne_bytes());
+    h[20..24].copy_from_slice(&1u32.to_ne_bytes());
+    h
+}
+
+/// The snaplen written in the header: tcpdump's maximum, above any buffer size.
+const SNAPLEN: u32 = 262_144;
+
+/// A pcap output shared by the transmit queues of one port. Each burst is written with one
+/// unbuffered write, so a frame counted as written is in the file, and a failed write is
+/// charged to the burst (and the frames) that made it. The file is closed once, when the
+/// last transmit queue holding it is gone.
 pub struct PcapSink {
-    /// `None` once flushed and closed.
-    writer: Option<PcapWriter<BufWriter<File>>>,
+    out: Box<dyn SinkFile>,
+    /// Bytes of whole records (and the header) in the output.
+    good_len: u64,
+    /// The output's name, for messages.
+    path: PathBuf,
     wall_base_ns: u64,
     mono_base_ns: u64,
 }
@@ -386,24 +431,61 @@ pub struct PcapSink {
 impl PcapSink {
     /// Creates (truncates) `path` and writes a pcap header (Ethernet, ns timestamps).
     pub fn create(path: &Path) -> Result<PcapSink, PcapError> {
-        let err = |reason: String| PcapError::Create {
+        let file = File::create(path).map_err(|e| PcapError::Create {
             path: path.to_path_buf(),
-            reason,
-        };
-        let file = File::create(path).map_err(|e| err(e.to_string()))?;
-        let header = PcapHeader {
-            ts_resolution: pcap_file::TsResolution::NanoSecond,
-            endianness: pcap_file::Endianness::native(),
-            ..PcapHeader::default()
-        };
-        let writer = PcapWriter::with_header(BufWriter::with_capacity(1 << 20, file), header)
-            .map_err(|e| err(e.to_string()))?;
+            reason: e.to_string(),
+        })?;
+        PcapSink::on(Box::new(file), path)
+    }
+
+    /// A sink writing to `out`, named `path` in messages; writes the pcap header.
+    ///
+    /// # Errors
+    /// [`PcapError::Create`] when the header cannot be written.
+    pub fn on(mut out: Box<dyn SinkFile>, path: &Path) -> Result<PcapSink, PcapError> {
+        let header = file_header();
+        out.write_all(&header).map_err(|e| PcapError::Create {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
         let mono_base_ns = clock::now_ns();
         Ok(PcapSink {
-            writer: Some(writer),
+            out,
+            good_len: header.len() as u64,
+            path: path.to_path_buf(),
             wall_base_ns: clock::wall_ns_at(mono_base_ns),
             mono_base_ns,
         })
+    }
+
+    /// Writes `records` (whole records, each ending at an offset in `ends`) and returns how
+    /// many of them are in the output, and the error when not all are. A write that fails
+    /// half way is cut back to the last whole record.
+    fn write_records(&mut self, records: &[u8], ends: &[usize]) -> (usize, Option<String>) {
+        let mut done = 0;
+        let err = loop {
+            if done == records.len() {
+                break None;
+            }
+            match self.out.write(&records[done..]) {
+                Ok(0) => break Some("the output takes no more bytes".to_string()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Some(e.to_string()),
+            }
+        };
+        let whole = ends.iter().take_while(|&&end| end <= done).count();
+        let whole_bytes = if whole == 0 { 0 } else { ends[whole - 1] };
+        if err.is_some() && whole_bytes < done {
+            if let Err(e) = self.out.cut_to(self.good_len + whole_bytes as u64) {
+                crate::log_line!(
+                    "error: cannot cut '{}' back to its last whole frame: {e}; its last record is partial",
+                    self.path.display()
+                );
+            }
+        }
+        self.good_len += whole_bytes as u64;
+        (whole, err)
     }
 }
 
@@ -412,8 +494,10 @@ impl PcapSink {
 pub struct PcapTx {
     sink: Option<Arc<Mutex<PcapSink>>>,
     counters: Arc<PcapCounters>,
-    written: u64,
-    errors: u64,
+    /// The burst's records, built before the sink is locked (reused, grows to a burst).
+    records: Vec<u8>,
+    /// Where each record of `records` ends.
+    ends: Vec<usize>,
     /// Frames and bytes whose write failed since the engine last asked.
     refused: Refused,
 }
@@ -424,8 +508,8 @@ impl PcapTx {
         PcapTx {
             sink,
             counters,
-            written: 0,
-            errors: 0,
+            records: Vec::new(),
+            ends: Vec::new(),
             refused: Refused::default(),
         }
     }
@@ -436,59 +520,50 @@ impl PortTx for PcapTx {
 
     fn tx_burst(&mut self, burst: &mut Vec<PoolBuf>) -> usize {
         let n = burst.len();
-        if let Some(sink) = &self.sink {
-            let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(sink) = &self.sink else {
+            self.counters.written.fetch_add(n as u64, Relaxed);
+            burst.clear();
+            return n;
+        };
+        let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
+        let (written, failure) = if self.counters.failure.get().is_some() {
+            // The output failed before: nothing more is written to it (the run stops).
+            (0, None)
+        } else {
             let ts = s.wall_base_ns + clock::recent_ns().saturating_sub(s.mono_base_ns);
-            let ts = Duration::from_nanos(ts);
+            let (sec, ns) = ((ts / 1_000_000_000) as u32, (ts % 1_000_000_000) as u32);
+            self.records.clear();
+            self.ends.clear();
             for b in burst.iter() {
                 let data = b.data();
-                let pkt = PcapPacket::new(ts, data.len() as u32, data);
-                let result = match s.writer.as_mut() {
-                    Some(w) => w.write_packet(&pkt).map(|_| ()).map_err(|e| e.to_string()),
-                    None => Err("the output was already closed".to_string()),
-                };
-                match result {
-                    Ok(()) => self.written += 1,
-                    Err(e) => {
-                        if self.errors == 0 {
-                            crate::log_line!(
-                                "error: pcap output write failed: {e}; later frames may be lost"
-                            );
-                        }
-                        self.errors += 1;
-                        self.refused.count(data.len());
-                    }
+                let len = data.len() as u32;
+                for field in [sec, ns, len, len] {
+                    self.records.extend_from_slice(&field.to_ne_bytes());
                 }
+                self.records.extend_from_slice(data);
+                self.ends.push(self.records.len());
             }
-        } else {
-            self.written += n as u64;
+            s.write_records(&self.records, &self.ends)
+        };
+        if let Some(e) = failure {
+            let what = format!("writing pcap output '{}' failed: {e}", s.path.display());
+            crate::log_line!("error: {what}");
+            let _ = self.counters.failure.set(what);
         }
+        drop(s);
+        for b in &burst[written..] {
+            self.refused.count(b.data().len());
+        }
+        self.counters.written.fetch_add(written as u64, Relaxed);
+        self.counters
+            .write_errors
+            .fetch_add((n - written) as u64, Relaxed);
         burst.clear();
-        self.counters.written.store(self.written, Relaxed);
-        self.counters.write_errors.store(self.errors, Relaxed);
         n
     }
 
     fn take_refused(&mut self) -> (u64, u64) {
         self.refused.take()
-    }
-
-    /// Flushes and closes the shared output file (the engine calls this once it stopped).
-    fn flush(&mut self) {
-        if let Some(sink) = &self.sink {
-            let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(w) = s.writer.take() {
-                if let Err(e) = std::io::Write::flush(&mut w.into_writer()) {
-                    crate::log_line!("error: flushing pcap output failed: {e}");
-                }
-            }
-        }
-    }
-}
-
-impl Drop for PcapTx {
-    fn drop(&mut self) {
-        self.flush();
     }
 }
 
@@ -602,6 +677,93 @@ mod tests {
             assert_eq!(back.frame(i), &f[..]);
         }
         assert_eq!(c.written.load(Relaxed), 4);
+    }
+
+    fn bufs(pool: Pool, frames: &[Vec<u8>]) -> Vec<PoolBuf> {
+        frames.iter().map(|f| pool.alloc_copy(f).unwrap()).collect()
+    }
+
+    #[test]
+    fn transmit_queues_sharing_an_output_all_count_and_the_last_one_closes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.pcap");
+        let sink = Arc::new(Mutex::new(PcapSink::create(&out).unwrap()));
+        let c = Arc::new(PcapCounters::default());
+        let mut first = PcapTx::new(Some(sink.clone()), c.clone());
+        let mut second = PcapTx::new(Some(sink), c.clone());
+        let pool = Pool::new(16, 2048);
+        assert_eq!(first.tx_burst(&mut bufs(pool, &frames(3))), 3);
+        // The first queue stops (its worker is done) while the second still drains.
+        first.flush();
+        drop(first);
+        assert_eq!(second.tx_burst(&mut bufs(pool, &frames(4))), 4);
+        assert_eq!(second.take_refused(), (0, 0));
+        assert_eq!(c.written.load(Relaxed), 7, "both queues count");
+        assert_eq!(c.write_errors.load(Relaxed), 0);
+        assert_eq!(PcapFrames::load(&out).unwrap().len(), 7, "all on disk");
+        drop(second);
+        assert_eq!(PcapFrames::load(&out).unwrap().len(), 7);
+    }
+
+    /// An output that takes `room` bytes and then fails as a full disk does.
+    struct Filling {
+        bytes: Arc<Mutex<Vec<u8>>>,
+        room: usize,
+    }
+
+    impl Write for Filling {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let mut b = self.bytes.lock().unwrap();
+            let n = buf.len().min(self.room - b.len().min(self.room));
+            if n == 0 {
+                return Err(std::io::Error::from_raw_os_error(28));
+            }
+            b.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl SinkFile for Filling {
+        fn cut_to(&mut self, len: u64) -> std::io::Result<()> {
+            self.bytes.lock().unwrap().truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_full_disk_keeps_whole_records_counts_them_alone_and_refuses_the_rest() {
+        let bytes = Arc::new(Mutex::new(Vec::new()));
+        // The header, two whole records of 60 and 61 bytes, and part of a third.
+        let room = 24 + (16 + 60) + (16 + 61) + 30;
+        let out = Filling {
+            bytes: bytes.clone(),
+            room,
+        };
+        let sink = PcapSink::on(Box::new(out), Path::new("full.pcap")).unwrap();
+        let c = Arc::new(PcapCounters::default());
+        let mut tx = PcapTx::new(Some(Arc::new(Mutex::new(sink))), c.clone());
+        let pool = Pool::new(16, 2048);
+        assert_eq!(tx.tx_burst(&mut bufs(pool, &frames(5))), 5);
+        assert_eq!(tx.take_refused(), (3, 62 + 63 + 64));
+        assert_eq!(c.written.load(Relaxed), 2);
+        assert_eq!(c.write_errors.load(Relaxed), 3);
+        let failure = c.failure.get().expect("the failure is kept");
+        assert!(
+            failure.contains("'full.pcap' failed") && failure.contains("No space left"),
+            "{failure}"
+        );
+        // What is there reads back as exactly the two frames counted.
+        let written = bytes.lock().unwrap().clone();
+        let back = PcapFrames::read(&written[..], written.len() as u64, Path::new("x")).unwrap();
+        assert_eq!(back.len(), 2);
+        assert!(!back.truncated(), "no partial record left");
+        // Later bursts are refused without touching the output.
+        assert_eq!(tx.tx_burst(&mut bufs(pool, &frames(2))), 2);
+        assert_eq!(tx.take_refused().0, 2);
+        assert_eq!(c.written.load(Relaxed), 2);
     }
 
     #[test]

@@ -18,7 +18,6 @@
 
 use std::collections::VecDeque;
 
-use crate::mq::MqQdisc;
 use crate::{
     BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, PrefixBypass, Qdisc, Rate,
 };
@@ -223,32 +222,6 @@ impl<P: Packet> Qdisc<P> for Fifo<P> {
 pub struct FifoConfig {
     /// Packet limit per queue.
     pub limit_packets: usize,
-}
-
-impl<P: Packet + Send> MqQdisc<P> for Fifo<P> {
-    type Config = FifoConfig;
-    type Error = std::convert::Infallible;
-
-    fn build(config: &FifoConfig) -> Result<Fifo<P>, Self::Error> {
-        Ok(Fifo::new(config.limit_packets))
-    }
-
-    fn validate(_config: &FifoConfig) -> Result<(), Self::Error> {
-        Ok(())
-    }
-
-    fn reconfigure(&mut self, config: &FifoConfig) -> Result<(), Self::Error> {
-        self.set_limit(config.limit_packets);
-        Ok(())
-    }
-
-    fn config_rate(_config: &FifoConfig) -> Rate {
-        Rate::UNLIMITED
-    }
-
-    fn is_rate_only_change(old: &FifoConfig, new: &FifoConfig) -> bool {
-        old == new
-    }
 }
 
 #[cfg(all(test, not(loom)))]

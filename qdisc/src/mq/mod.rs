@@ -38,6 +38,7 @@
 //! ```
 
 mod cake;
+mod fifo;
 mod intake;
 mod shared_rate;
 pub(crate) mod sync;
@@ -51,12 +52,6 @@ pub use tx_queue::{
 };
 
 use crate::{Packet, Qdisc, Rate};
-
-/// A TX queue over the pfifo_fast-style baseline.
-pub type FifoTxQueue<P> = TxQueue<P, crate::fifo::Fifo<P>>;
-
-/// A TX queue over one CAKE instance (one child of cake_mq).
-pub type CakeTxQueue<P> = TxQueue<P, crate::cake::Cake<P>>;
 
 /// A qdisc that can serve as one queue of a [`MultiQueue`]: built from a shared config and
 /// reconfigured in place.

@@ -22,11 +22,13 @@ use serde::de::DeserializeOwned;
 
 use crate::config::{Config, QueueKind};
 use crate::control::{self, ControlState, LiveTarget};
+use crate::counters::synth::SynthStats;
+use crate::counters::TinSnapshot;
 use crate::engine::shaper::{CakeQueue, TinReport};
-use crate::engine::{self, EngineConfig, EnginePorts, Shaper, TinSnapshot, WorkerHook};
+use crate::engine::{self, EngineConfig, EnginePorts, Shaper, WorkerHook};
 use crate::port::pcap::{PcapCounters, PcapFrames, PcapRx, PcapSink, PcapTx};
 use crate::port::pool::{Pool, PoolBuf};
-use crate::port::synth::{SynthPlan, SynthRx, SynthStats, SynthTx};
+use crate::port::synth::{SynthPlan, SynthRx, SynthTx};
 use crate::port::{PortBuf, PortKind, PortRx, PortSpec, PortTx, PortsConfig};
 use crate::stats::{
     prometheus, BackendCounters, QueueView, Report, Reporter, Sources, StatsConfig,
@@ -629,7 +631,7 @@ fn supervise<P: PortBuf>(
     let ecfg: EngineConfig = config.engine.clone();
     let scfg: StatsConfig = config.stats.stats_config()?;
     let timing = ecfg.timing()?;
-    let interval_ns = crate::port::synth::parse_duration_ns(&scfg.interval)
+    let interval_ns = crate::config::units::parse_optional_duration_ns(&scfg.interval)
         .context("stats.interval")?
         .unwrap_or(1_000_000_000)
         .max(10_000_000);
@@ -707,7 +709,7 @@ fn supervise<P: PortBuf>(
     let handoff_src = running.handoff_counts();
     let mut reporter = Reporter::new(Sources {
         port_names: port_names.clone(),
-        engine: running.shared().clone(),
+        counters: running.counters().clone(),
         queues: views,
         synth: synth.clone(),
         backend,
@@ -785,7 +787,7 @@ fn supervise<P: PortBuf>(
     // Let every queue publish its final counters: a burst a worker offered last may have
     // changed them (say, the qdisc dropped part of it) with no run after it. A budget of 0
     // moves and dequeues nothing; what waits in an intake is counted as queued.
-    let now = engine::clock::now_ns();
+    let now = crate::clock::now_ns();
     for s in &all_shapers {
         let mut out = Vec::new();
         let _ = s.run(now, 0, &mut out, &mut |_o: &mut Vec<P>| {});

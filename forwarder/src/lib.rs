@@ -4,8 +4,17 @@
 //!
 //! Map: [`wire`] parses headers without copying; [`port`] holds the `Port` trait and its
 //! backends (built-in generator, pcap, AF_PACKET, DPDK); [`engine`] runs the worker loops;
-//! [`config`] reads TOML and tc-style units; [`stats`] counts and reports; [`control`] changes
-//! a running forwarder without losing packets.
+//! [`config`] reads TOML and tc-style units; [`stats`] reports; [`control`] changes a running
+//! forwarder without losing packets.
+//!
+//! Layers depend one way, downward:
+//! * leaves, which name nothing else in the crate: [`clock`] (the one time source),
+//!   [`counters`] (what the data path counts and the reports read), [`wire`], [`flow_key`]
+//!   and [`config::units`]; [`classify`] uses only [`flow_key`];
+//! * [`port`] uses the leaves;
+//! * [`engine`] uses ports and the leaves; [`stats`] reads only [`counters`];
+//! * [`config`] assembles the configuration of each layer below it; [`app`], [`cli`],
+//!   [`control`], [`reload`], [`preflight`] and [`explain`] sit on top.
 #![deny(unsafe_code)]
 
 /// `eprintln!` that ignores a closed standard error: the forwarder keeps forwarding when
@@ -22,8 +31,10 @@ macro_rules! log_line {
 pub mod app;
 pub mod classify;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod control;
+pub mod counters;
 pub mod engine;
 pub mod explain;
 pub mod flow_key;

@@ -282,8 +282,8 @@ fn pcap_body() {
 
 /// net_pcap -> D's engine (1 worker, FIFO TxQueue) -> net_pcap, with the engine's counters.
 fn engine_pcap_body() {
+    use forwarder::counters::port;
     use forwarder::engine::{self, EngineConfig, EnginePorts, Shaper};
-    use forwarder::stats::counters::port;
     use qdisc::fifo::{Fifo, FifoConfig};
     use qdisc::mq::{MqQdisc, TxQueue as Queue, TxQueueOptions};
     use std::sync::Arc;

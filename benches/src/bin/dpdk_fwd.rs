@@ -202,7 +202,7 @@ mod imp {
         }
     }
 
-    /// Nanoseconds since `new`, from the engine's own clock (`engine::clock::now_ns`: the TSC,
+    /// Nanoseconds since `new`, from the engine's own clock (`forwarder::clock::now_ns`: the TSC,
     /// at a rate measured against the monotonic clock; DPDK's `rte_get_tsc_hz` is rounded to
     /// 10 MHz, which made the shaped row's time run 0.2 % slow on a 2445 MHz TSC).
     struct TscClock {
@@ -212,12 +212,12 @@ mod imp {
     impl TscClock {
         fn new() -> TscClock {
             TscClock {
-                t0: forwarder::engine::clock::now_ns(),
+                t0: forwarder::clock::now_ns(),
             }
         }
         #[inline]
         fn now_ns(&self) -> u64 {
-            forwarder::engine::clock::now_ns().saturating_sub(self.t0)
+            forwarder::clock::now_ns().saturating_sub(self.t0)
         }
     }
 
@@ -530,8 +530,8 @@ mod imp {
         args: &Args,
     ) -> anyhow::Result<(f64, f64)> {
         use forwarder::app::{build_queues, QueueChoice};
+        use forwarder::counters::port;
         use forwarder::engine::{self, EngineConfig, IdleMode};
-        use forwarder::stats::counters::port;
         use std::time::{Duration, Instant};
 
         let cfg = EthDevConfig {

@@ -22,11 +22,12 @@ use cakewalk_benches::report::{load_average, machine_line, publish, utc_now, Tab
 use clap::Parser;
 
 use forwarder::app::{build_queues, QueueChoice};
+use forwarder::counters::egress;
+use forwarder::counters::synth::SynthStats;
 use forwarder::engine::{self, EngineConfig, EnginePorts, IdleMode};
 use forwarder::port::pool::{Pool, PoolBuf};
-use forwarder::port::synth::{PacketSize, SynthConfig, SynthPlan, SynthRx, SynthStats};
+use forwarder::port::synth::{PacketSize, SynthConfig, SynthPlan, SynthRx};
 use forwarder::port::{PortRx, PortTx};
-use forwarder::stats::counters::egress;
 use qdisc::cake::CakeConfig;
 use qdisc::mq::TxQueueOptions;
 use qdisc::Rate;
@@ -62,11 +63,11 @@ fn bare_loop(seconds: f64, warmup: f64) -> f64 {
     let mut burst = Vec::with_capacity(32);
     let warm_ns = (warmup * 1e9) as u64;
     let end_ns = ((warmup + seconds) * 1e9) as u64;
-    let start = forwarder::engine::clock::now_ns();
+    let start = forwarder::clock::now_ns();
     let mut counted = 0u64;
     let mut t0 = 0u64;
     loop {
-        let now = forwarder::engine::clock::now_ns() - start;
+        let now = forwarder::clock::now_ns() - start;
         rx.rx_burst(&mut burst, 32);
         let n = tx.tx_burst(&mut burst) as u64;
         if now >= warm_ns {
@@ -122,9 +123,9 @@ fn engine_row(
     };
     let running = engine::start(&cfg, ports, shapers).expect("engine starts");
     let shared = running.shared().clone();
-    let layout = shared.layout;
+    let layout = shared.counters.layout;
     // The output port's egresses: port 1's queues.
-    let tx_of = |s: &forwarder::stats::counters::Snapshot| {
+    let tx_of = |s: &forwarder::counters::Snapshot| {
         (layout.queues..2 * layout.queues).fold((0, 0), |(p, b), e| {
             (
                 p + s.egress(e, egress::TX_PACKETS),

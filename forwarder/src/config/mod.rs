@@ -881,7 +881,7 @@ fn check_run_settings(
                 origin: "in the [stats] section".to_string(),
                 message: e.to_string().trim_end().to_string(),
             })?;
-    if crate::port::synth::parse_duration_ns(&stats.interval).is_err() {
+    if units::parse_optional_duration_ns(&stats.interval).is_err() {
         return Err(ConfigError::Key {
             key: overrides.label("stats.interval", &[]),
             message: format!(

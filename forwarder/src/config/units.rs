@@ -261,6 +261,28 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, UnitError> {
     Ok(ns as u64)
 }
 
+/// Parses a duration that may be absent: empty or "0" is `None`, anything else as
+/// [`parse_duration_ns`] (for settings such as the synth port's run time, where 0 means
+/// "no limit").
+///
+/// # Errors
+/// As [`parse_duration_ns`].
+///
+/// # Examples
+/// ```
+/// use forwarder::config::units::parse_optional_duration_ns;
+/// assert_eq!(parse_optional_duration_ns("500ms").unwrap(), Some(500_000_000));
+/// assert_eq!(parse_optional_duration_ns(" ").unwrap(), None);
+/// assert_eq!(parse_optional_duration_ns("0").unwrap(), None);
+/// ```
+pub fn parse_optional_duration_ns(s: &str) -> Result<Option<u64>, UnitError> {
+    let t = s.trim();
+    if t.is_empty() || t == "0" {
+        return Ok(None);
+    }
+    parse_duration_ns(t).map(Some)
+}
+
 /// Parses a run length (`engine.duration`, `engine.drain_timeout`): as
 /// [`parse_duration_ns`], but a bare number other than 0 is refused, since `--duration 10`
 /// meaning ten microseconds (tc's unit) would stop the run before it started.

@@ -8,8 +8,8 @@
 //! with one, the queue classifies on demand, so a burst that bypasses an idle FIFO is never
 //! parsed at all (Linux's `TCQ_F_CAN_BYPASS` skips classification the same way).
 //!
-//! Per loop iteration a worker reads the clock once ([`clock::now_ns`]) and allocates
-//! nothing; it writes only its own counter block ([`crate::stats::counters`]), every few busy
+//! Per loop iteration a worker reads the clock once ([`crate::clock::now_ns`]) and allocates
+//! nothing; it writes only its own counter block ([`crate::counters`]), every few busy
 //! iterations and on the first idle one. A TX queue with nothing to drain, dequeue or sync
 //! ([`Shaper::run_wanted`]) is not run. Stopping is two-phase:
 //! [`Running::stop_rx`] stops receiving and lets the workers drain their queues until they
@@ -17,7 +17,6 @@
 //!
 //! The engine does not build ports or shapers: [`crate::app`] does and hands them over.
 
-pub mod clock;
 pub mod shaper;
 
 use std::sync::atomic::{
@@ -33,9 +32,10 @@ use qdisc::mq::{NextRun, RunResult};
 use qdisc::{DropReason, PacketMeta};
 use serde::{Deserialize, Serialize};
 
+use crate::clock;
+use crate::counters::{egress, port, Layout, Snapshot, WorkerCounters};
 use crate::port::{PortBuf, PortRx, PortTx};
-use crate::stats::counters::{egress, port, Counters, Layout, Snapshot};
-pub use shaper::{Passthrough, Shaper, SojournBuckets, TinReport, TinSnapshot};
+pub use shaper::{Passthrough, Shaper, TinReport};
 
 /// What a worker does when a loop iteration found no work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
@@ -212,19 +212,17 @@ pub struct EngineShared {
     state: AtomicU8,
     drain_deadline_ns: AtomicU64,
     /// One counter block per worker.
-    pub counters: Vec<Counters>,
+    pub counters: Arc<WorkerCounters>,
     rx_done: Vec<AtomicBool>,
     /// Set by each worker once it has seen the drain start: from then on it never offers
     /// another packet, so no queue or handoff of another worker's can fill up again.
     offers_stopped: Vec<AtomicBool>,
-    /// Counter layout.
-    pub layout: Layout,
 }
 
 impl EngineShared {
     /// Counters summed over every worker.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::sum(self.layout, self.counters.iter())
+        self.counters.snapshot()
     }
 }
 
@@ -241,6 +239,11 @@ impl<P: PortBuf> Running<P> {
     /// The counters and state shared with the workers.
     pub fn shared(&self) -> &Arc<EngineShared> {
         &self.shared
+    }
+
+    /// The workers' counter blocks (what the reports read).
+    pub fn counters(&self) -> &Arc<WorkerCounters> {
+        &self.shared.counters
     }
 
     /// The TX queues' shapers, indexed by egress (port × tx_queues + queue).
@@ -389,10 +392,9 @@ pub fn start_with_hook<P: PortBuf>(
     let shared = Arc::new(EngineShared {
         state: AtomicU8::new(RUNNING),
         drain_deadline_ns: AtomicU64::new(u64::MAX),
-        counters: (0..workers).map(|_| Counters::new(layout)).collect(),
+        counters: Arc::new(WorkerCounters::new(layout, workers)),
         rx_done: (0..workers).map(|_| AtomicBool::new(false)).collect(),
         offers_stopped: (0..workers).map(|_| AtomicBool::new(false)).collect(),
-        layout,
     });
     let shapers: Shapers<P> = Arc::new(shapers);
     let handoff: Arc<Vec<ArrayQueue<P>>> = Arc::new(
@@ -544,7 +546,7 @@ impl<P: PortBuf> Worker<P> {
         let mut idle_iters: u32 = 0;
         let mut busy_iters: u32 = 0;
         let shared = self.shared.clone();
-        let counters = &shared.counters[self.id];
+        let counters = shared.counters.block(self.id);
         let mut offers_stopped = false;
         loop {
             let now = clock::now_ns();
@@ -893,8 +895,10 @@ fn transmit<P: PortBuf>(
 mod tests {
     use super::*;
     use crate::app::{build_queues, QueueChoice};
+    use crate::counters::synth::SynthStats;
+    use crate::counters::TinSnapshot;
     use crate::port::pool::{Pool, PoolBuf};
-    use crate::port::synth::{PacketSize, SynthConfig, SynthPlan, SynthRx, SynthStats, SynthTx};
+    use crate::port::synth::{PacketSize, SynthConfig, SynthPlan, SynthRx, SynthTx};
     use crate::stats::{QueueView, Reporter, Sources};
     use qdisc::mq::TxQueueOptions;
 
@@ -997,7 +1001,7 @@ mod tests {
             }
         };
         let handoff = running.handoff_counts();
-        let shared = running.shared().clone();
+        let counters = running.counters().clone();
         assert_eq!(running.join(), 0);
         for s in &all {
             let _ = s.run(clock::now_ns(), 0, &mut Vec::new(), &mut |_o: &mut Vec<
@@ -1006,7 +1010,7 @@ mod tests {
         }
         let mut r = Reporter::new(Sources {
             port_names: vec!["a".into(), "b".into()],
-            engine: shared,
+            counters,
             queues: views,
             synth: vec![(0, stats)],
             handoff: Box::new(handoff),

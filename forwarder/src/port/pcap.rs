@@ -23,7 +23,7 @@ use pcap_file::DataLink;
 
 use super::pool::{Pool, PoolBuf};
 use super::{PortBuf, PortRx, PortTx, Refused};
-use crate::engine::clock;
+use crate::clock;
 
 /// Why a pcap port could not be made.
 #[derive(Debug, thiserror::Error)]

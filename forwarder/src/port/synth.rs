@@ -16,15 +16,18 @@
 //! forwarder, but a Linux host receiving the IPv6 frames drops them, so feed kernels IPv4.
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::pool::{Pool, PoolBuf};
 use super::{PortBuf, PortRx, PortTx};
-use crate::engine::clock;
+use crate::clock;
+use crate::counters::synth::{
+    new_delay_histogram, GenCounters, SinkCounters, SynthStats, HIST_MAX_NS,
+};
 
 /// Bytes of synth header at the start of the UDP payload: magic, flow, sequence, timestamp.
 pub const PAYLOAD_HEADER_LEN: usize = 22;
@@ -41,8 +44,6 @@ const IMIX: [usize; 3] = [64, 576, 1500];
 const IMIX_WEIGHTS: [usize; 3] = [7, 4, 1];
 /// How often the sink publishes its delay histogram (ns).
 const HIST_PUBLISH_NS: u64 = 50_000_000;
-/// Largest delay the histogram records (60 s); larger values are clamped.
-const HIST_MAX_NS: u64 = 60_000_000_000;
 
 /// Why a synth setting was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -184,15 +185,10 @@ pub fn parse_rate_bps(s: &str) -> Result<u64, SynthError> {
         .map_err(|_| SynthError::BadRate(s.into()))
 }
 
-/// Parses a duration ("10s", "500ms") into ns through [`crate::config::units`]; empty or "0"
-/// means none.
+/// Parses a duration ("10s", "500ms") into ns through
+/// [`crate::config::units::parse_optional_duration_ns`]; empty or "0" means none.
 pub fn parse_duration_ns(s: &str) -> Result<Option<u64>, SynthError> {
-    let t = s.trim();
-    if t.is_empty() || t == "0" {
-        return Ok(None);
-    }
-    crate::config::units::parse_duration_ns(t)
-        .map(Some)
+    crate::config::units::parse_optional_duration_ns(s)
         .map_err(|_| SynthError::BadDuration(s.into()))
 }
 
@@ -418,119 +414,6 @@ struct GenFlow {
     seq: u64,
 }
 
-/// Counters of one generator queue, published once per burst.
-#[derive(Debug, Default)]
-pub struct GenCounters {
-    /// Frames generated.
-    pub packets: AtomicU64,
-    /// Bytes generated.
-    pub bytes: AtomicU64,
-    /// Bursts cut short because the pool was empty.
-    pub pool_empty: AtomicU64,
-    /// Set once the generator reached its packet or time limit.
-    pub finished: AtomicBool,
-}
-
-/// Counters of one sink queue, published once per burst.
-#[derive(Debug, Default)]
-pub struct SinkCounters {
-    /// Synth frames received.
-    pub packets: AtomicU64,
-    /// Bytes received (synth frames).
-    pub bytes: AtomicU64,
-    /// Frames that were not synth frames (or of unknown flows).
-    pub foreign: AtomicU64,
-    /// Frames that arrived after a later frame of the same flow.
-    pub reordered: AtomicU64,
-    /// Frames seen twice.
-    pub duplicates: AtomicU64,
-    /// Frames carrying ECN CE.
-    pub ce_marked: AtomicU64,
-}
-
-/// Shared view of one synth port's generator and sink counters and delay histograms.
-#[derive(Debug)]
-pub struct SynthStats {
-    /// One entry per generator queue.
-    pub generators: Mutex<Vec<Arc<GenCounters>>>,
-    /// One entry per sink queue.
-    pub sinks: Mutex<Vec<Arc<SinkCounters>>>,
-    /// One-way delay (ns) since the start.
-    pub delay_total: Mutex<Histogram<u64>>,
-    /// One-way delay (ns) since the stats reader last took it.
-    pub delay_interval: Mutex<Histogram<u64>>,
-}
-
-impl Default for SynthStats {
-    fn default() -> Self {
-        SynthStats {
-            generators: Mutex::new(Vec::new()),
-            sinks: Mutex::new(Vec::new()),
-            delay_total: Mutex::new(new_delay_histogram()),
-            delay_interval: Mutex::new(new_delay_histogram()),
-        }
-    }
-}
-
-/// A delay histogram from 1 ns to 60 s with 3 significant digits.
-pub fn new_delay_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, HIST_MAX_NS, 3).expect("static histogram bounds are valid")
-}
-
-/// Totals of a synth port, summed over its queues.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct SynthTotals {
-    /// Frames generated.
-    pub sent_packets: u64,
-    /// Bytes generated.
-    pub sent_bytes: u64,
-    /// Synth frames received by the sink.
-    pub received_packets: u64,
-    /// Bytes received by the sink.
-    pub received_bytes: u64,
-    /// Frames that arrived late (after a later frame of the same flow).
-    pub reordered: u64,
-    /// Frames received twice.
-    pub duplicates: u64,
-    /// Non-synth frames received.
-    pub foreign: u64,
-    /// CE-marked frames received.
-    pub ce_marked: u64,
-    /// Times the generator found its pool empty.
-    pub pool_empty: u64,
-}
-
-impl SynthStats {
-    /// Sums the counters of every queue.
-    pub fn totals(&self) -> SynthTotals {
-        let mut t = SynthTotals::default();
-        for g in lock(&self.generators).iter() {
-            t.sent_packets += g.packets.load(Relaxed);
-            t.sent_bytes += g.bytes.load(Relaxed);
-            t.pool_empty += g.pool_empty.load(Relaxed);
-        }
-        for s in lock(&self.sinks).iter() {
-            t.received_packets += s.packets.load(Relaxed);
-            t.received_bytes += s.bytes.load(Relaxed);
-            t.reordered += s.reordered.load(Relaxed);
-            t.duplicates += s.duplicates.load(Relaxed);
-            t.foreign += s.foreign.load(Relaxed);
-            t.ce_marked += s.ce_marked.load(Relaxed);
-        }
-        t
-    }
-
-    /// True when this port has generators and all of them reached their limits.
-    pub fn generators_finished(&self) -> bool {
-        let g = lock(&self.generators);
-        !g.is_empty() && g.iter().all(|c| c.finished.load(Relaxed))
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The generator: one receive queue of a synth port.
 pub struct SynthRx {
     plan: SynthPlan,
@@ -583,8 +466,7 @@ impl SynthRx {
                 }
             })
             .collect();
-        let counters = Arc::new(GenCounters::default());
-        lock(&stats.generators).push(counters.clone());
+        let counters = stats.add_generator();
         let share = |x: u64| x / queues as u64 + u64::from((queue as u64) < x % queues as u64);
         SynthRx {
             rate_bytes_per_s: share(plan.rate_bps) / 8,
@@ -770,8 +652,7 @@ pub struct SynthTx {
 impl SynthTx {
     /// A sink that knows flows `0..flows`.
     pub fn new(flows: u32, stats: Arc<SynthStats>) -> SynthTx {
-        let counters = Arc::new(SinkCounters::default());
-        lock(&stats.sinks).push(counters.clone());
+        let counters = stats.add_sink();
         SynthTx {
             flows: vec![SinkFlow::default(); flows as usize],
             packets: 0,
@@ -840,9 +721,7 @@ impl SynthTx {
             && !self.hist.is_empty()
         {
             self.last_publish_ns = now_ns;
-            // Same bounds on both sides, so adding cannot fail.
-            let _ = lock(&self.stats.delay_total).add(&self.hist);
-            let _ = lock(&self.stats.delay_interval).add(&self.hist);
+            self.stats.add_delays(&self.hist);
             self.hist.reset();
         }
     }
@@ -1037,7 +916,7 @@ mod tests {
         assert_eq!(t.reordered, 1);
         assert_eq!(t.duplicates, 1);
         assert_eq!(t.sent_packets - t.received_packets, 2);
-        assert_eq!(lock(&stats.delay_total).len(), 3);
+        assert_eq!(stats.delay_total.lock().unwrap().len(), 3);
     }
 
     #[test]

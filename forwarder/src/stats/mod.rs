@@ -1,4 +1,4 @@
-//! Counting and reporting. The engine's per-worker counter blocks live in [`counters`]; this
+//! Reporting. The engine's per-worker counter blocks live in [`crate::counters`]; this
 //! module turns them, the TX queues' own counters and the synth sink's figures into a
 //! [`Report`]: a one-line live view on stderr each interval, one JSON object per interval in
 //! a file (`--stats-json`), Prometheus text on a loopback TCP port ([`prometheus`]), and a
@@ -7,7 +7,6 @@
 //!
 //! Nothing here runs on the data path: reports are built by the supervising thread.
 
-pub mod counters;
 pub mod prometheus;
 
 use std::collections::BTreeMap;
@@ -19,9 +18,8 @@ use qdisc::mq::TxQueueStats;
 use qdisc::{DropReason, Rate};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{EngineShared, TinSnapshot};
-use crate::port::synth::{SynthStats, SynthTotals};
-use counters::{egress, port, Snapshot};
+use crate::counters::synth::{SynthStats, SynthTotals};
+use crate::counters::{egress, port, Snapshot, TinSnapshot, WorkerCounters};
 
 /// The `[stats]` table.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -73,7 +71,7 @@ pub struct Sources {
     /// Port names, by index.
     pub port_names: Vec<String>,
     /// The engine's counters.
-    pub engine: Arc<EngineShared>,
+    pub counters: Arc<WorkerCounters>,
     /// Per egress queue: its view.
     pub queues: Vec<Arc<dyn QueueView>>,
     /// Synth ports: (port index, figures).
@@ -269,7 +267,7 @@ impl Reporter {
 
     fn build(&mut self, elapsed_s: f64, final_report: bool) -> Report {
         let s = &self.sources;
-        let snap = s.engine.snapshot();
+        let snap = s.counters.snapshot();
         let layout = snap.layout;
         let (dt, prev) = match &self.last {
             Some((p, t)) if elapsed_s > *t => (elapsed_s - t, Some(p)),
@@ -666,8 +664,8 @@ mod tests {
     #[test]
     fn prometheus_text_uses_cakewalk_names_and_labels() {
         let mut r = report(true, 7);
-        r.queues[0].tins[0].sojourn_histogram = crate::engine::SojournBuckets {
-            buckets: vec![1; prometheus::SOJOURN_BUCKETS_US.len()],
+        r.queues[0].tins[0].sojourn_histogram = crate::counters::SojournBuckets {
+            buckets: vec![1; crate::counters::SOJOURN_BUCKETS_US.len()],
             count: 2,
             sum_us: 20_000_000,
         };

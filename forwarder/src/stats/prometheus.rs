@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Report;
+use crate::counters::SOJOURN_BUCKETS_US;
 
 /// Why the endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -194,13 +195,6 @@ impl Exposition {
     }
 }
 
-/// Upper bounds (µs) of the sojourn-time histogram's buckets: 50 µs to 10 s, about three per
-/// decade, around CAKE's 5 ms target and 100 ms interval.
-pub const SOJOURN_BUCKETS_US: [u64; 16] = [
-    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000, 2_500_000, 10_000_000,
-];
-
 /// Renders `r` in the Prometheus text format.
 pub fn render(r: &Report) -> String {
     let mut x = Exposition::default();
@@ -285,7 +279,7 @@ pub fn render(r: &Report) -> String {
             }
         });
     }
-    type TinField = fn(&crate::engine::TinSnapshot) -> u64;
+    type TinField = fn(&crate::counters::TinSnapshot) -> u64;
     let tin_figures: [(&str, Kind, &str, TinField); 6] = [
         (
             "cakewalk_tin_sent_packets_total",

@@ -79,7 +79,7 @@ impl Eal {
         // The engine's clock reads the TSC between monotonic-clock readings (a third of the
         // cost). It measures the rate itself and re-anchors every 200 µs, so a counter that is
         // not invariant only blurs the time within such a span.
-        crate::engine::clock::use_ticks(super::rdtsc);
+        crate::clock::use_ticks(super::rdtsc);
         Ok(Eal {
             inner: Arc::new(EalInner {
                 leaked: AtomicBool::new(false),

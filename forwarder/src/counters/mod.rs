@@ -1,11 +1,21 @@
-//! The engine's counters: one flat block of `u64`s per worker, written only by that worker
-//! (a plain local copy on the hot path, published with relaxed stores once per loop
-//! iteration) and summed by the reader. No counter line is ever written by two threads, so
-//! counting costs no shared cache-line traffic.
+//! Counters and snapshots: what the data path writes and the reports read. A leaf: it
+//! depends on nothing else in the crate, so the engine and the ports write here and
+//! [`crate::stats`] reads here without either knowing the other.
+//!
+//! The engine's counters are one flat block of `u64`s per worker ([`WorkerCounters`]),
+//! written only by that worker (a plain local copy on the hot path, published with relaxed
+//! stores once per loop iteration) and summed by the reader. No counter line is ever written
+//! by two threads, so counting costs no shared cache-line traffic.
 //!
 //! The block holds, per port, received/transmitted packets and bytes and parse issues, and
 //! per TX queue ("egress": port × queue), what was offered, bypassed, dequeued, sent, still
-//! waiting in the transmit burst, and dropped by reason.
+//! waiting in the transmit burst, and dropped by reason. Beside it: a TX queue's per-tin
+//! figures ([`TinSnapshot`]) and the synth port's generator and sink counters ([`synth`]).
+
+pub mod synth;
+mod tin;
+
+pub use tin::{SojournBuckets, TinSnapshot, SOJOURN_BUCKETS_US};
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -113,6 +123,37 @@ impl Counters {
         for (s, a) in sum.iter_mut().zip(self.vals.iter()) {
             *s += a.load(Relaxed);
         }
+    }
+}
+
+/// Every worker's counter block: worker `w` writes block `w` only; reports sum them all.
+#[derive(Debug)]
+pub struct WorkerCounters {
+    /// The layout of every block.
+    pub layout: Layout,
+    blocks: Box<[Counters]>,
+}
+
+impl WorkerCounters {
+    /// Zeroed blocks for `workers` workers.
+    pub fn new(layout: Layout, workers: usize) -> WorkerCounters {
+        WorkerCounters {
+            layout,
+            blocks: (0..workers).map(|_| Counters::new(layout)).collect(),
+        }
+    }
+
+    /// Worker `worker`'s block.
+    ///
+    /// # Panics
+    /// When `worker` is not below the worker count given to [`WorkerCounters::new`].
+    pub fn block(&self, worker: usize) -> &Counters {
+        &self.blocks[worker]
+    }
+
+    /// Counters summed over every worker.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::sum(self.layout, self.blocks.iter())
     }
 }
 

@@ -1,4 +1,5 @@
-//! The engine's one clock: monotonic nanoseconds since the process's first reading.
+//! The process's one clock: monotonic nanoseconds since its first reading. A leaf: the ports
+//! and the engine read it, it depends on nothing in the crate.
 //!
 //! Workers read the real clock once per loop iteration with [`now_ns`]; everything else on
 //! that thread (the generator's send stamp, the sink's delay, the pcap writer's timestamps)

@@ -580,6 +580,18 @@ fn run_dpdk(config: &Config) -> anyhow::Result<()> {
         ..DpdkPortsConfig::default()
     };
     let mut set = DpdkPorts::open(&dcfg).context("opening the DPDK ports")?;
+    // Without RSS a NIC's receive queues do not keep a flow on one queue (net_pcap replays
+    // the whole file on each): the default tx_select then keeps flows whole by hash.
+    let flows_stay = dcfg.rx_queues <= 1 || set.devs.iter().all(|d| d.rss_hf() != 0);
+    let mut resolved = config.clone();
+    if !flows_stay && config.engine.tx_select == crate::engine::TxSelect::Auto {
+        let (pick, why) = ecfg
+            .tx_select
+            .resolve(ecfg.workers, ecfg.tx_queues, flows_stay);
+        crate::log_line!("engine.tx_select: \"{}\" in effect ({why})", pick.name());
+        resolved.engine.tx_select = pick;
+    }
+    let config = &resolved;
     let (r, t) = set.take_queues();
     let rx: Vec<Vec<Box<dyn PortRx<Buf = Mbuf>>>> = r
         .into_iter()

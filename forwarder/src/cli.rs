@@ -525,8 +525,52 @@ fn check_config_header(file: &std::path::Path, config: &Config) -> String {
     } else {
         h.push_str(" (no interface ports are configured).\n");
     }
+    let e = &config.engine;
+    let (pick, why) = e.tx_select.resolve(e.workers, e.tx_queues, true);
+    let mut note = format!("engine.tx_select: \"{}\" in effect ({why}).", pick.name());
+    let dpdk_rx = [&config.ports.a, &config.ports.b]
+        .iter()
+        .any(|p| p.kind == crate::port::PortKind::Dpdk && p.rx_queues > 1);
+    if pick == crate::engine::TxSelect::Worker
+        && e.tx_select == crate::engine::TxSelect::Auto
+        && dpdk_rx
+    {
+        note.push_str(" A DPDK NIC without RSS gets \"flow-hash\" at start instead.");
+    }
+    let receiving = [&config.ports.a, &config.ports.b]
+        .iter()
+        .map(|p| p.rx_queues.max(1))
+        .max()
+        .unwrap_or(1);
+    if pick == crate::engine::TxSelect::Worker && receiving < e.workers {
+        note.push_str(&format!(
+            " With {receiving} receive queue(s) per port only {receiving} worker(s) receive and send; set rx_queues = {} in [ports.a] and [ports.b] to use every worker.",
+            e.workers
+        ));
+    }
+    h.push_str(&comment_lines(&note));
     h.push('\n');
     h
+}
+
+/// `text` as TOML comment lines of at most about 92 columns.
+fn comment_lines(text: &str) -> String {
+    let mut out = String::new();
+    let mut line = String::from("#");
+    for word in text.split_whitespace() {
+        if line.len() + 1 + word.len() > 92 && line.len() > 1 {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from("#");
+        }
+        line.push(' ');
+        line.push_str(word);
+    }
+    if line.len() > 1 {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 fn preflight_cmd(args: PreflightArgs) -> anyhow::Result<ExitCode> {

@@ -560,3 +560,34 @@ fn check_config_says_it_checked_the_file_and_preflight_checks_the_machine() {
     let o = cakewalk(&["preflight", "--root", root, "--config", &f]);
     assert!(o.status.success(), "{}", stdout(&o));
 }
+
+#[test]
+fn check_config_says_which_tx_select_is_in_effect_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "e.toml",
+        "[engine]\nworkers = 2\ntx_queues = 2\n",
+    );
+    let out = stdout(&cakewalk(&["check-config", &f]));
+    assert!(
+        out.contains("# engine.tx_select: \"worker\" in effect (auto with 2 workers and 2 TX"),
+        "{out}"
+    );
+    assert!(out.contains("tx_select = \"auto\""), "{out}");
+    let out = stdout(&cakewalk(&["check-config", &f, "--workers", "1"]));
+    assert!(
+        out.contains("# engine.tx_select: \"flow-hash\" in effect (auto with one worker"),
+        "{out}"
+    );
+    let out = stdout(&cakewalk(&[
+        "check-config",
+        &f,
+        "--set",
+        "engine.tx_select=flow-hash",
+    ]));
+    assert!(
+        out.contains("\"flow-hash\" in effect (as set; with 2 workers about half"),
+        "{out}"
+    );
+}

@@ -53,9 +53,17 @@ pub enum IdleMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TxSelect {
-    /// By the flow hash, as Linux's `skb_tx_hash` (the default): any worker may offer to
-    /// any queue, and a queue another worker runs is reached through its intake.
+    /// The default: [`TxSelect::Worker`] with several workers and several TX queues (no
+    /// packet waits in a ring between cores, where a full ring drops), else
+    /// [`TxSelect::FlowHash`] (one worker runs every queue, so the hash spreads flows over
+    /// them at no cost). Worker needs each flow to arrive on one receive queue, which every
+    /// port keeps (the generator splits its flows between queues, a pcap port has one,
+    /// AF_PACKET joins a hash fanout group); a DPDK port without RSS on several receive
+    /// queues does not, and gets flow-hash ([`TxSelect::resolve`]).
     #[default]
+    Auto,
+    /// By the flow hash, as Linux's `skb_tx_hash`: any worker may offer to any queue, and a
+    /// queue another worker runs is reached through its intake.
     FlowHash,
     /// A worker sends on the queues it runs itself, as Linux's XPS maps a CPU to its own TX
     /// queue: no packet crosses cores. Each flow must arrive on one receive queue (RSS on a
@@ -63,6 +71,56 @@ pub enum TxSelect {
     /// instances. With fewer TX queues than workers, a worker that runs none of a port's
     /// queues sends on queue `worker % tx_queues`.
     Worker,
+}
+
+impl TxSelect {
+    /// The name the config file uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxSelect::Auto => "auto",
+            TxSelect::FlowHash => "flow-hash",
+            TxSelect::Worker => "worker",
+        }
+    }
+
+    /// The choice in effect with `workers` workers and `tx_queues` TX queues per port, when
+    /// the ports keep each flow on one receive queue (`flows_stay_on_one_rx_queue`), and why,
+    /// in words `check-config` and the start line print.
+    pub fn resolve(
+        self,
+        workers: usize,
+        tx_queues: usize,
+        flows_stay_on_one_rx_queue: bool,
+    ) -> (TxSelect, String) {
+        let crossing = "about half the packets would cross to another worker's queue through a ring that drops when full (51 % dropped in BENCHMARKS.md, \"The engine with two workers\")";
+        match self {
+            TxSelect::Auto if workers <= 1 || tx_queues <= 1 => (
+                TxSelect::FlowHash,
+                if workers <= 1 {
+                    "auto with one worker: it runs every TX queue itself, so the flow hash spreads flows over them and nothing crosses cores".to_string()
+                } else {
+                    "auto with one TX queue per port: there is nothing to choose".to_string()
+                },
+            ),
+            TxSelect::Auto if !flows_stay_on_one_rx_queue => (
+                TxSelect::FlowHash,
+                format!("auto: a port spreads one flow over several receive queues (a DPDK NIC without RSS), so sending on the receiving worker's queue would split flows between CAKE instances; by flow hash instead, although {crossing}"),
+            ),
+            TxSelect::Auto => (
+                TxSelect::Worker,
+                format!("auto with {workers} workers and {tx_queues} TX queues: each worker sends on its own TX queues (Linux's XPS), as every port keeps a flow on one receive queue; by flow hash {crossing}"),
+            ),
+            TxSelect::FlowHash if workers > 1 && tx_queues > 1 => (
+                TxSelect::FlowHash,
+                format!("as set; with {workers} workers {crossing}; \"auto\" picks \"worker\""),
+            ),
+            TxSelect::Worker if workers <= 1 => (
+                TxSelect::Worker,
+                "as set; with one worker every packet of a receive queue goes to one TX queue, where \"auto\" spreads flows over them by hash".to_string(),
+            ),
+            other => (other, "as set".to_string()),
+        }
+    }
 }
 
 /// The `[engine]` table.
@@ -100,7 +158,7 @@ impl Default for EngineConfig {
             duration: "10s".into(),
             cores: Vec::new(),
             pin: true,
-            tx_select: TxSelect::FlowHash,
+            tx_select: TxSelect::Auto,
         }
     }
 }
@@ -454,13 +512,16 @@ pub fn start_with_hook<P: PortBuf>(
     // with one TX queue, or TxSelect::Worker (the worker's own queues of the output port,
     // its receive queues spread over them).
     let nq = cfg.tx_queues;
+    // Ports handed to the engine keep each flow on one receive queue unless the caller
+    // resolved `Auto` otherwise (a DPDK NIC without RSS).
+    let (tx_select, _) = cfg.tx_select.resolve(cfg.workers, nq, true);
     for w in &mut ws {
         let mut seen = vec![0usize; layout.egress_count().div_ceil(nq.max(1))];
         for slot in &mut w.rx {
             let base = slot.out * nq;
             slot.egress = if nq == 1 {
                 Some(base)
-            } else if cfg.tx_select == TxSelect::Worker {
+            } else if tx_select == TxSelect::Worker {
                 let mine: Vec<usize> = (base..base + nq)
                     .filter(|&e| w.owned[e].is_some())
                     .collect();
@@ -985,10 +1046,13 @@ mod tests {
             .map(|s| Arc::new(View(s.clone())) as Arc<dyn QueueView>)
             .collect();
         let all = shapers.clone();
+        // By flow hash: these runs are about the hand-off between workers, which the
+        // default (each worker on its own queues) avoids.
         let ecfg = EngineConfig {
             workers,
             tx_queues: queues,
             pin: false,
+            tx_select: TxSelect::FlowHash,
             ..EngineConfig::default()
         };
         let running = match stop_after {
@@ -1114,6 +1178,41 @@ mod tests {
                 .iter()
                 .any(|(generated, received)| generated != received),
             "{per_queue:?}"
+        );
+        // The default is the worker's own queue once there are two workers: nothing crosses.
+        assert_eq!(EngineConfig::default().tx_select, TxSelect::Auto);
+        let per_queue = forward_two_rx_queues(TxSelect::Auto);
+        for (generated, received) in &per_queue {
+            assert_eq!(received, generated, "{per_queue:?}");
+        }
+    }
+
+    #[test]
+    fn auto_picks_the_workers_own_queues_only_where_it_loses_nothing() {
+        let pick = |w, q, one_rx| TxSelect::Auto.resolve(w, q, one_rx).0;
+        assert_eq!(pick(2, 2, true), TxSelect::Worker);
+        assert_eq!(pick(4, 2, true), TxSelect::Worker);
+        assert_eq!(
+            pick(1, 4, true),
+            TxSelect::FlowHash,
+            "one worker owns every queue"
+        );
+        assert_eq!(pick(2, 1, true), TxSelect::FlowHash);
+        assert_eq!(
+            pick(2, 2, false),
+            TxSelect::FlowHash,
+            "no RSS: keep flows whole"
+        );
+        let (set, why) = TxSelect::FlowHash.resolve(2, 2, true);
+        assert_eq!(set, TxSelect::FlowHash);
+        assert!(
+            why.starts_with("as set") && why.contains("\"auto\" picks \"worker\""),
+            "{why}"
+        );
+        let (_, why) = TxSelect::Auto.resolve(2, 2, true);
+        assert!(
+            why.contains("each worker sends on its own TX queues"),
+            "{why}"
         );
     }
 

@@ -406,3 +406,50 @@ fn a_disk_that_fills_up_stops_the_run_and_the_file_holds_what_was_counted() {
         "{stdout}"
     );
 }
+
+#[test]
+fn sizes_past_their_bound_and_endless_config_files_are_refused_not_allocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("huge.toml");
+    std::fs::write(&file, "[ports]\nbuffer_size = 4294967295\n").unwrap();
+    let cakewalk = || Command::new(env!("CARGO_BIN_EXE_cakewalk"));
+    let out = cakewalk().arg("check-config").arg(&file).output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("ports.buffer_size: 4294967295 is too large; use the largest frame a port carries, 64 to 262144 bytes"),
+        "{stderr}"
+    );
+    // `run` refuses it the same way, before allocating anything (it used to abort out of
+    // memory, exit 134).
+    let mut c = cakewalk_run();
+    c.args(["--set", "ports.buffer_size=4294967295", "--duration", "1s"])
+        .args(["--control", "off"]);
+    let out = wait_bounded(spawn(c), Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("is too large"));
+    // A device that never ends is read only up to the limit.
+    let out = cakewalk()
+        .args(["check-config", "/dev/zero"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("larger than 1024 KiB"), "{stderr}");
+}
+
+#[test]
+fn a_core_the_machine_does_not_have_is_refused_at_start_with_the_usable_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cakewalk"))
+        .args(["run", "--duration", "1s", "--control", "off"])
+        .args(["--set", "engine.cores=[4000]", "--set", "engine.pin=true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("engine.cores names core 4000, but this process can run only on cores"),
+        "{stderr}"
+    );
+}

@@ -34,6 +34,7 @@
 //! | `bypass` | bool (default true) | — |
 
 pub mod keywords;
+pub mod limits;
 pub mod tc;
 pub mod units;
 
@@ -61,6 +62,12 @@ pub enum ConfigError {
         path: PathBuf,
         /// Why (part of this message, so not chained again: `{:#}` would print it twice).
         cause: std::io::Error,
+    },
+    /// The file is larger than any config file ([`limits::MAX_CONFIG_BYTES`]).
+    #[error("config file '{}' is larger than {} KiB, the most cakewalk reads; is it the right file (not a device such as /dev/zero, or a capture)?", path.display(), limits::MAX_CONFIG_BYTES / 1024)]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
     },
     /// The TOML did not parse or did not match the schema (unknown key, wrong type).
     #[error("{origin}: {message}")]
@@ -274,7 +281,12 @@ fn parse_rate_value(key: &str, v: &toml::Value) -> Result<Rate, ConfigError> {
 fn parse_duration_value(key: &str, v: &toml::Value) -> Result<u64, ConfigError> {
     match v {
         toml::Value::String(s) => units::parse_duration_ns(s).map_err(|e| unit_err(key, e)),
-        toml::Value::Integer(n) if *n >= 0 => Ok((*n as u64).saturating_mul(1000)),
+        toml::Value::Integer(n) if *n >= 0 => (*n as u64).checked_mul(1000).ok_or_else(|| {
+            key_err(
+                key,
+                format!("{n} µs is too long to count in ns; expected a duration such as \"5ms\" (an integer is µs)"),
+            )
+        }),
         toml::Value::Integer(n) => Err(key_err(
             key,
             format!("{n} is negative; expected a duration such as \"5ms\" (an integer is µs)"),
@@ -305,6 +317,20 @@ fn parse_size_value(key: &str, v: &toml::Value) -> Result<u64, ConfigError> {
             ),
         )),
     }
+}
+
+/// `ns` when it is at most [`limits::MAX_AQM_TIME_NS`].
+fn aqm_time(key: &str, ns: u64) -> Result<u64, ConfigError> {
+    if ns > limits::MAX_AQM_TIME_NS {
+        return Err(key_err(
+            key,
+            format!(
+                "{} is longer than the 1h the AQM can be tuned for (the 'interplanetary' preset); use a shorter duration or a preset",
+                units::format_duration_ns(ns)
+            ),
+        ));
+    }
+    Ok(ns)
 }
 
 fn ranged(key: &str, n: i64, lo: i64, hi: i64) -> Result<i64, ConfigError> {
@@ -363,12 +389,12 @@ impl RawShaper {
                     },
                     other => other,
                 })?;
-                keys.interval_ns = Some(ns);
+                keys.interval_ns = Some(aqm_time("rtt", ns)?);
                 keys.target_ns = Some((ns / 1000 / 20).max(1) * 1000);
             }
         }
         if let Some(v) = &self.target {
-            keys.target_ns = Some(parse_duration_value("target", v)?);
+            keys.target_ns = Some(aqm_time("target", parse_duration_value("target", v)?)?);
         }
         if let Some(s) = &self.diffserv {
             keys.diffserv = Some(keywords::parse_diffserv(s.trim()).ok_or_else(|| {
@@ -427,7 +453,14 @@ impl RawShaper {
             })?);
         }
         if let Some(v) = &self.memlimit {
-            keys.memlimit = Some(parse_size_value("memlimit", v)?);
+            let bytes = parse_size_value("memlimit", v)?;
+            if bytes > limits::MAX_MEMLIMIT {
+                return Err(key_err(
+                    "memlimit",
+                    format!("{bytes} bytes is above the largest memory limit, 4gb (tc's 32-bit limit); use at most \"4gb\""),
+                ));
+            }
+            keys.memlimit = Some(bytes);
         }
         if let Some(v) = &self.fwmark {
             let mask = match v {
@@ -531,7 +564,8 @@ impl RawShaper {
         };
         shaper.given.apply_to(&mut shaper.cake);
         if let Some(n) = self.packet_limit {
-            shaper.cake.packet_limit = ranged("packet_limit", n, 1, u32::MAX.into())? as u32;
+            shaper.cake.packet_limit =
+                ranged("packet_limit", n, 1, qdisc::cake::MAX_PACKET_LIMIT.into())? as u32;
         }
         if let Some(n) = self.mtu {
             shaper.cake.mtu = ranged("mtu", n, 68, 65535)? as u32;
@@ -558,6 +592,15 @@ impl RawShaper {
                 return Err(key_err(
                     "sync_interval",
                     "0 would sync on every packet; use at least \"10us\" (default \"200us\")",
+                ));
+            }
+            if !limits::SYNC_INTERVAL_NS.contains(&ns) {
+                return Err(key_err(
+                    "sync_interval",
+                    format!(
+                        "{} is out of range; use \"10us\" to \"1s\" (default \"200us\"): shorter syncs more often than a burst takes, longer leaves a queue's share stale for that long",
+                        units::format_duration_ns(ns)
+                    ),
                 ));
             }
             shaper.sync_interval_ns = ns;
@@ -850,29 +893,75 @@ fn check_run_settings(
             message,
         });
     }
+    use limits::*;
     let counts = [
         (
             "ports.pool_buffers",
             ports.pool_buffers,
             1,
-            "at least 1; the default 16384 suits up to about 1 Gbit/s (docs/operations.md, Sizing)",
+            MAX_POOL_BUFFERS,
+            "1 to 4194304; the default 16384 suits up to about 1 Gbit/s (docs/operations.md, Sizing)",
         ),
         (
             "ports.buffer_size",
             ports.buffer_size,
             crate::port::pool::MIN_BUF_SIZE,
-            "the largest frame a port carries, from 64 bytes (2048, the default, holds a 1500-byte MTU)",
+            MAX_BUFFER_SIZE,
+            "the largest frame a port carries, 64 to 262144 bytes (2048, the default, holds a 1500-byte MTU)",
         ),
-        ("ports.a.rx_queues", ports.a.rx_queues, 1, "at least 1"),
-        ("ports.b.rx_queues", ports.b.rx_queues, 1, "at least 1"),
+        ("ports.a.rx_queues", ports.a.rx_queues, 1, MAX_RX_QUEUES, "1 to 1024"),
+        ("ports.b.rx_queues", ports.b.rx_queues, 1, MAX_RX_QUEUES, "1 to 1024"),
+        (
+            "ports.synth.flows",
+            ports.synth.flows as usize,
+            1,
+            MAX_SYNTH_FLOWS as usize,
+            "1 to 1048576",
+        ),
+        (
+            "engine.cores",
+            engine.cores.len(),
+            0,
+            MAX_CORES_LISTED,
+            "at most 1024 cores, one per worker",
+        ),
     ];
-    for (key, value, min, hint) in counts {
-        if value < min {
-            return Err(ConfigError::Key {
-                key: overrides.label(key, &[]),
-                message: format!("{value} is too small; use {hint}"),
-            });
-        }
+    for (key, value, min, max, hint) in counts {
+        // A list is judged by its length.
+        let shown = if key == "engine.cores" {
+            format!("a list of {value}")
+        } else {
+            value.to_string()
+        };
+        let message = if value < min {
+            format!("{shown} is too small; use {hint}")
+        } else if value > max {
+            format!("{shown} is too large; use {hint}")
+        } else {
+            continue;
+        };
+        return Err(ConfigError::Key {
+            key: overrides.label(key, &[]),
+            message,
+        });
+    }
+    if let Some(&core) = engine.cores.iter().find(|&&c| c > MAX_CORE_ID) {
+        return Err(ConfigError::Key {
+            key: overrides.label("engine.cores", &[]),
+            message: format!("core {core} is not a core number; cores are numbered from 0 (at most {MAX_CORE_ID}), as in /proc/cpuinfo"),
+        });
+    }
+    let pool_bytes = ports.pool_buffers as u64 * ports.buffer_size as u64;
+    if pool_bytes > MAX_POOL_BYTES {
+        return Err(ConfigError::Key {
+            key: overrides.label("ports.pool_buffers", &["ports.buffer_size"]),
+            message: format!(
+                "{} buffers of {} bytes take {:.1} GiB per port, more than the 4 GiB a pool may take; lower ports.pool_buffers or ports.buffer_size",
+                ports.pool_buffers,
+                ports.buffer_size,
+                pool_bytes as f64 / f64::from(1u32 << 30)
+            ),
+        });
     }
     let stats: crate::stats::StatsConfig =
         toml::Value::Table(stats.clone())
@@ -1014,6 +1103,34 @@ fn remove_dotted(table: &mut toml::Table, key: &str) {
     t.remove(last);
 }
 
+/// Reads the text of the config file at `p`, at most [`limits::MAX_CONFIG_BYTES`] of it.
+fn read_limited(p: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let read_err = |cause| ConfigError::Read {
+        path: p.to_path_buf(),
+        cause,
+    };
+    let file = std::fs::File::open(p).map_err(read_err)?;
+    let mut bytes = Vec::new();
+    file.take(limits::MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > limits::MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: p.to_path_buf(),
+        });
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        read_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text (byte {} is not valid UTF-8)",
+                e.utf8_error().valid_up_to()
+            ),
+        ))
+    })
+}
+
 impl Config {
     /// Reads the config file at `path` (or starts from the defaults when `None`) and lays
     /// `overrides` on top.
@@ -1022,13 +1139,7 @@ impl Config {
     /// [`ConfigError`] naming the file, key or flag at fault.
     pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
         let (text, origin) = match path {
-            Some(p) => (
-                std::fs::read_to_string(p).map_err(|cause| ConfigError::Read {
-                    path: p.to_path_buf(),
-                    cause,
-                })?,
-                p.display().to_string(),
-            ),
+            Some(p) => (read_limited(p)?, p.display().to_string()),
             None => (String::new(), "defaults".to_string()),
         };
         Config::from_toml_with(&text, &origin, overrides)
@@ -1301,6 +1412,107 @@ mod tests {
         assert_eq!(k.rate.bits_per_sec(), 100_000_000);
         assert_eq!(k.diffserv, DiffservMode::Diffserv4);
         assert_eq!(k.overhead, 38);
+    }
+
+    #[test]
+    fn every_size_and_count_has_an_upper_bound_that_is_enforced() {
+        for (toml, want) in [
+            (
+                "[ports]\nbuffer_size = 4294967295",
+                "ports.buffer_size: 4294967295 is too large; use the largest frame a port carries, 64 to 262144 bytes",
+            ),
+            (
+                "[ports]\npool_buffers = 1000000000",
+                "ports.pool_buffers: 1000000000 is too large; use 1 to 4194304",
+            ),
+            (
+                "[ports]\npool_buffers = 4194304\nbuffer_size = 262144",
+                "ports.pool_buffers: 4194304 buffers of 262144 bytes take 1024.0 GiB per port, more than the 4 GiB",
+            ),
+            (
+                "[ports.a]\nrx_queues = 100000",
+                "ports.a.rx_queues: 100000 is too large; use 1 to 1024",
+            ),
+            (
+                "[ports.synth]\nflows = 4294967295",
+                "ports.synth.flows: 4294967295 is too large; use 1 to 1048576",
+            ),
+            (
+                "[shaper]\nmemlimit = \"100gb\"",
+                "shaper.memlimit: 107374182400 bytes is above the largest memory limit, 4gb",
+            ),
+            (
+                "[shaper]\npacket_limit = 4294967295",
+                "shaper.packet_limit: 4294967295 is out of range; valid range is 1 to 4194304",
+            ),
+            (
+                "[engine]\ncores = [100000]",
+                "engine.cores: core 100000 is not a core number",
+            ),
+        ] {
+            assert!(err(toml).starts_with(want), "{toml}: {}", err(toml));
+        }
+        let many: Vec<String> = (0..1025).map(|c| c.to_string()).collect();
+        let e = err(&format!("[engine]\ncores = [{}]", many.join(",")));
+        assert!(
+            e.starts_with("engine.cores: a list of 1025 is too large; use at most 1024 cores"),
+            "{e}"
+        );
+        // At the bounds: accepted.
+        Config::from_toml_str("[ports]\nbuffer_size = 262144\npool_buffers = 16384").unwrap();
+        Config::from_toml_str("[shaper]\nmemlimit = \"4gb\"").unwrap();
+    }
+
+    #[test]
+    fn a_config_file_is_read_with_a_size_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        // Valid TOML (comments), just too much of it for a config file.
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, "# padding\n".repeat(200_000)).unwrap();
+        let e = Config::load(Some(&big), &Overrides::default()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("is larger than 1024 KiB, the most cakewalk reads"),
+            "{e}"
+        );
+        let e = Config::load(Some(Path::new("/dev/zero")), &Overrides::default()).unwrap_err();
+        assert!(matches!(e, ConfigError::TooLarge { .. }), "{e}");
+        let bin = dir.path().join("bin.toml");
+        std::fs::write(&bin, b"rate = \xff\n").unwrap();
+        let e = Config::load(Some(&bin), &Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("not UTF-8 text (byte 7"), "{e}");
+    }
+
+    #[test]
+    fn an_integer_rtt_too_long_to_count_is_refused_not_saturated() {
+        let e = err("[shaper]\nrtt = 9223372036854775807");
+        assert!(
+            e.starts_with("shaper.rtt: 9223372036854775807 µs is too long to count in ns"),
+            "{e}"
+        );
+        let e = err("[shaper]\nrtt = 3600000001");
+        assert!(
+            e.contains("longer than the 1h the AQM can be tuned for"),
+            "{e}"
+        );
+        let e = err("[shaper]\ntarget = \"7200s\"");
+        assert!(
+            e.starts_with("shaper.target: 7200s is longer than the 1h"),
+            "{e}"
+        );
+        Config::from_toml_str("[shaper]\nrtt = \"interplanetary\"").unwrap();
+    }
+
+    #[test]
+    fn a_sync_interval_below_the_minimum_the_zero_error_names_is_refused() {
+        for v in ["\"1ns\"", "\"9us\"", "\"2s\""] {
+            let e = err(&format!("[shaper]\nsync_interval = {v}"));
+            assert!(
+                e.starts_with("shaper.sync_interval: ") && e.contains("use \"10us\" to \"1s\""),
+                "{v}: {e}"
+            );
+        }
+        Config::from_toml_str("[shaper]\nsync_interval = \"10us\"").unwrap();
     }
 
     #[test]

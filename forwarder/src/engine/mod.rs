@@ -186,6 +186,14 @@ pub enum EngineError {
         /// TX queues per port.
         want: usize,
     },
+    /// `engine.cores` names a core this process cannot run on.
+    #[error("engine.cores names core {core}, but this process can run only on cores {usable}; list cores from those (or leave engine.cores empty to pick the last cores)")]
+    NoSuchCore {
+        /// The core named.
+        core: usize,
+        /// The cores the process may run on, as a list ("0-3").
+        usable: String,
+    },
     /// A worker thread could not be started.
     #[error("cannot start worker thread {worker}")]
     Spawn {
@@ -460,7 +468,7 @@ pub fn start_with_hook<P: PortBuf>(
             .map(|_| ArrayQueue::new(handoff_capacity(cfg.burst)))
             .collect(),
     );
-    let cores = pick_cores(cfg);
+    let cores = pick_cores(cfg)?;
     let mut ws: Vec<Worker<P>> = (0..workers)
         .map(|id| Worker {
             id,
@@ -558,32 +566,75 @@ pub fn start_with_hook<P: PortBuf>(
     })
 }
 
-fn pick_cores(cfg: &EngineConfig) -> Option<Vec<core_affinity::CoreId>> {
+/// The cores the workers are pinned to, in worker order; `None` when they are not pinned.
+///
+/// # Errors
+/// [`EngineError::NoSuchCore`] when `engine.cores` names a core this process cannot run on
+/// (it used to be skipped silently, and the workers ran unpinned).
+fn pick_cores(cfg: &EngineConfig) -> Result<Option<Vec<core_affinity::CoreId>>, EngineError> {
     if !cfg.pin {
-        return None;
+        return Ok(None);
     }
-    let all = core_affinity::get_core_ids()?;
-    if all.is_empty() {
-        return None;
-    }
+    let all = core_affinity::get_core_ids().unwrap_or_default();
     if !cfg.cores.is_empty() {
-        let picked: Vec<_> = cfg
-            .cores
-            .iter()
-            .filter_map(|c| all.iter().find(|id| id.id == *c).copied())
-            .collect();
-        return (!picked.is_empty()).then_some(picked);
+        let mut picked = Vec::with_capacity(cfg.cores.len());
+        for &c in &cfg.cores {
+            match all.iter().find(|id| id.id == c) {
+                Some(id) => picked.push(*id),
+                None => {
+                    return Err(EngineError::NoSuchCore {
+                        core: c,
+                        usable: core_list(all.iter().map(|id| id.id)),
+                    })
+                }
+            }
+        }
+        return Ok(Some(picked));
+    }
+    if all.is_empty() {
+        return Ok(None);
     }
     // Leave the first core to the stats/control threads when there is more than one.
     let n = all.len();
     let skip = n.saturating_sub(cfg.workers);
-    Some(all[skip..].to_vec())
+    Ok(Some(all[skip..].to_vec()))
+}
+
+/// `ids` as a cpuset list ("0-3,6").
+fn core_list(ids: impl Iterator<Item = usize>) -> String {
+    let mut ids: Vec<usize> = ids.collect();
+    ids.sort_unstable();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let start = ids[i];
+        while i + 1 < ids.len() && ids[i + 1] == ids[i] + 1 {
+            i += 1;
+        }
+        parts.push(if ids[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", ids[i])
+        });
+        i += 1;
+    }
+    if parts.is_empty() {
+        "none".to_string()
+    } else {
+        parts.join(",")
+    }
 }
 
 impl<P: PortBuf> Worker<P> {
     fn run(mut self) {
         if let Some(core) = self.core {
-            core_affinity::set_for_current(core);
+            if !core_affinity::set_for_current(core) {
+                crate::log_line!(
+                    "warning: worker {} could not be pinned to core {}; it runs unpinned",
+                    self.id,
+                    core.id
+                );
+            }
         }
         let _hook_guard = self.hook.as_ref().map(|h| h(self.id));
         let bs = self.burst;
@@ -1157,6 +1208,25 @@ mod tests {
             .into_iter()
             .zip(received[2..].iter().copied())
             .collect()
+    }
+
+    #[test]
+    fn a_listed_core_the_process_cannot_run_on_is_an_error_not_ignored() {
+        let cfg = EngineConfig {
+            cores: vec![4000],
+            ..EngineConfig::default()
+        };
+        let e = pick_cores(&cfg).unwrap_err().to_string();
+        assert!(
+            e.starts_with("engine.cores names core 4000, but this process can run only on cores ")
+                && e.contains("list cores from those"),
+            "{e}"
+        );
+        let unpinned = EngineConfig { pin: false, ..cfg };
+        assert!(pick_cores(&unpinned).unwrap().is_none());
+        assert_eq!(core_list([0, 1, 2, 3, 6, 8, 9].into_iter()), "0-3,6,8-9");
+        assert_eq!(core_list([5].into_iter()), "5");
+        assert_eq!(core_list(std::iter::empty()), "none");
     }
 
     #[test]

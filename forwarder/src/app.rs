@@ -715,6 +715,8 @@ fn supervise<P: PortBuf>(
         .map(|s| Arc::new(ShaperView::<P>(s.clone())) as Arc<dyn QueueView>)
         .collect();
     let all_shapers = shapers.clone();
+    let ports = stall_for_tests(ports)?;
+    let mut notifier = crate::notify::Notifier::from_env();
     let started = Instant::now();
     let running =
         engine::start_with_hook(&ecfg, ports, shapers, hook).context("starting the engine")?;
@@ -756,6 +758,7 @@ fn supervise<P: PortBuf>(
     let mut next_health_check = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(20));
+        notifier.tick(Instant::now(), &running.shared().heartbeats());
         let elapsed_ns = started.elapsed().as_nanos() as u64;
         if !draining {
             if Instant::now() >= next_health_check {
@@ -778,6 +781,7 @@ fn supervise<P: PortBuf>(
                 None
             };
             if let Some(w) = why {
+                notifier.stopping(&w);
                 stop_reason = w;
                 stop.store(false, Ordering::Relaxed);
                 running.stop_rx();
@@ -793,6 +797,7 @@ fn supervise<P: PortBuf>(
             next_report += interval_ns;
             let r = reporter.report(elapsed_ns as f64 / 1e9);
             publish(&r, scfg.live, &synth);
+            notifier.status(&r.live_line(None));
         }
     }
     let panicked = running.join();
@@ -827,6 +832,26 @@ fn supervise<P: PortBuf>(
         );
     }
     Ok(())
+}
+
+/// Makes port A's first receive queue stall once when the test hook asks for it
+/// ([`crate::port::stall`]).
+fn stall_for_tests<P: PortBuf>(mut ports: EnginePorts<P>) -> anyhow::Result<EnginePorts<P>> {
+    let Some((after, stall_for)) = crate::port::stall::from_env().map_err(anyhow::Error::msg)?
+    else {
+        return Ok(ports);
+    };
+    if let Some(first) = ports.rx.first_mut().filter(|q| !q.is_empty()) {
+        let rx = first.remove(0);
+        first.insert(
+            0,
+            Box::new(crate::port::stall::stalling(rx, after, stall_for)),
+        );
+        crate::log_line!(
+            "test hook: port a's first receive queue stalls for {stall_for:?} after {after:?}"
+        );
+    }
+    Ok(ports)
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ pub mod counters;
 pub mod engine;
 pub mod explain;
 pub mod flow_key;
+pub mod notify;
 pub mod port;
 pub mod preflight;
 pub mod reload;

@@ -28,6 +28,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
 use qdisc::mq::{NextRun, RunResult};
 use qdisc::{DropReason, PacketMeta};
 use serde::{Deserialize, Serialize};
@@ -283,12 +284,25 @@ pub struct EngineShared {
     /// Set by each worker once it has seen the drain start: from then on it never offers
     /// another packet, so no queue or handoff of another worker's can fill up again.
     offers_stopped: Vec<AtomicBool>,
+    /// Per worker, a count its loop advances every iteration (0: not started yet;
+    /// [`WORKER_DONE`]: left its loop): a worker stuck in a port call stops advancing it,
+    /// which the supervisor's watchdog notices.
+    heartbeats: Vec<CachePadded<AtomicU64>>,
 }
+
+/// A worker's heartbeat once it has left its loop.
+pub const WORKER_DONE: u64 = u64::MAX;
 
 impl EngineShared {
     /// Counters summed over every worker.
     pub fn snapshot(&self) -> Snapshot {
         self.counters.snapshot()
+    }
+
+    /// Every worker's heartbeat (see the field): compare two readings to see which workers'
+    /// loops advanced in between.
+    pub fn heartbeats(&self) -> Vec<u64> {
+        self.heartbeats.iter().map(|h| h.load(Relaxed)).collect()
     }
 }
 
@@ -461,6 +475,9 @@ pub fn start_with_hook<P: PortBuf>(
         counters: Arc::new(WorkerCounters::new(layout, workers)),
         rx_done: (0..workers).map(|_| AtomicBool::new(false)).collect(),
         offers_stopped: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+        heartbeats: (0..workers)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect(),
     });
     let shapers: Shapers<P> = Arc::new(shapers);
     let handoff: Arc<Vec<ArrayQueue<P>>> = Arc::new(
@@ -660,7 +677,13 @@ impl<P: PortBuf> Worker<P> {
         let shared = self.shared.clone();
         let counters = shared.counters.block(self.id);
         let mut offers_stopped = false;
+        let heartbeat = &shared.heartbeats[self.id];
+        let mut beat = 0u64;
         loop {
+            // A store to this worker's own cache line, read by the supervisor a few times a
+            // second.
+            beat = (beat + 1) % WORKER_DONE;
+            heartbeat.store(beat, Relaxed);
             let now = clock::now_ns();
             let state = shared.state.load(Relaxed);
             if state == STOPPED {
@@ -890,6 +913,7 @@ impl<P: PortBuf> Worker<P> {
             local[lp.egress(slot.egress, egress::PENDING)] = slot.pending.len() as u64;
         }
         counters.publish(&local);
+        heartbeat.store(WORKER_DONE, Relaxed);
         // Anything still in a transmit burst was reported as pending and is freed here.
     }
 }

@@ -20,6 +20,7 @@ pub mod afpacket;
 pub mod dpdk;
 pub mod pcap;
 pub mod pool;
+pub mod stall;
 pub mod synth;
 
 /// An owned packet buffer from a port's preallocated pool. Dropping it returns it to the pool.

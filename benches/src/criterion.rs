@@ -295,16 +295,12 @@ pub fn section(rows: &BTreeMap<String, Measurement>, run: &RunInfo) -> String {
         "## qdisc micro-benchmarks (criterion)\n\n\
          {date} at commit {commit} on {machine} (load average at the end: {load}). \
          Command: `{command}` (source `qdisc/benches/cake.rs`).\n\n\
-         One iteration enqueues one 1000-byte packet and dequeues one, with the queue \
-         pre-filled with one packet per flow; flows are UDP 5-tuples over 64 source and 16 \
-         destination hosts, visited round robin, and the diffserv3 rows mark 10 % EF and \
-         10 % CS1. Unlimited rows advance virtual time 100 ns per packet; shaped rows \
-         (10 Gbit/s) advance it one packet time, so the shaper lets one packet out per \
-         iteration. The burst rows enqueue 32, then dequeue 32, as the forwarder's TX queues \
-         do. Each cell is criterion's mean / the fastest of its samples, in ns per packet. \
-         The DRR++ floor (`qdisc::testing::DrrFloor`) is CAKE's DRR++ skeleton alone \
-         (tin choice, new and old lists, a packet slab) on the goal row's workload: no CAKE \
-         can be faster, so CAKE's distance from it is what CAKE's features cost.\n\n\
+         An iteration enqueues one 1000-byte packet and dequeues one (UDP flows over 64 source \
+         and 16 destination hosts, round robin; the diffserv3 rows mark 10 % EF and 10 % CS1); \
+         unlimited rows advance virtual time 100 ns per packet, shaped rows one packet time at \
+         10 Gbit/s. Burst rows enqueue 32, then dequeue 32. Cells: criterion's mean / fastest \
+         sample, ns per packet. The DRR++ floor is CAKE's DRR++ skeleton alone \
+         (`qdisc::testing::DrrFloor`): no CAKE can be faster.\n\n\
          {table}\n{goals}",
         date = run.date,
         commit = run.commit,

@@ -1016,15 +1016,15 @@ mod imp {
             );
         }
         let goals = format!(
-            "G1 FIFO+bypass/bare {:.3} inline, {:.3} engine (target >= 0.80); G2 FIFO+bypass/FIFO {:.3} (>= 1.20); \
-             G4 CAKE/bare {:.3} inline, {:.3} engine (>= 0.40; the DRR++ floor reaches {:.3}); G5 CAKE+bypass/CAKE {:.3}; \
-             CAKE shaped delivered/configured {:.4}",
+            "G1 FIFO+bypass/bare {:.3} inline, {:.3} engine (>= 0.80); G2 FIFO+bypass/FIFO {:.3} (>= 1.20); \
+             G4 CAKE/DRR++ floor {:.3} (>= 0.65; CAKE/bare {:.3} inline, {:.3} engine); \
+             G5 CAKE+bypass/CAKE {:.3} (>= 1.3); CAKE shaped delivered/configured {:.4}",
             rat[2],
             rat[engine],
             rat[2] / rat[3],
+            rat[CAKE] / rat[FLOOR],
             rat[CAKE],
             rat[engine + 1],
-            rat[FLOOR],
             rat[CAKE + 1] / rat[CAKE],
             shaped_med * 1e6 / target_pps
         );
@@ -1097,15 +1097,14 @@ mod imp {
                  dpdk_fwd: {} ({}); load {}; {} s x {} reps per row, interleaved; {}-byte frames ({} on the wire), {} flows, burst {BURST}; \
                  `net_pcap,infinite_rx=1` -> `net_null` on one pinned core\n\n\
                  Command: `sudo hugepage-setup reserve --pages 512 && cargo run --release -p cakewalk-benches --features dpdk --bin dpdk_fwd -- --seconds {} --reps {} --write`\n\n{}\n\
-                 Inline rows run the per-packet work of the engine with one TX queue in one loop (one \
-                 `qdisc::mq::TxQueue` offered the burst with `enqueue_burst_into`, which parses a frame with `wire::parse_into` \
-                 only when the queue needs its meta: never for a burst that bypasses the idle FIFO; tx burst); engine rows run the forwarder's own engine (one \
-                 busy-polling worker, queues from `app::build_queues` as `cakewalk run` builds them). The shaped row asks for 90 % of what \
-                 shaped CAKE carried in calibration runs (from 90 % of unshaped CAKE, stepping down while a run falls short). The `drr floor` row is the `cake` row with \
-                 `qdisc::testing::DrrFloor` (CAKE's DRR++ skeleton: diffserv3 tin DRR, new and old flow lists, a packet slab; \
-                 no COBALT, hosts, decaying flows or statistics) in CAKE's place: no CAKE can beat it on this path. Goals (docs/design.md): G1 FIFO+bypass/bare >= 0.80, \
-                 G2 FIFO+bypass/FIFO >= 1.20, G4 CAKE/bare >= 0.40. Each ratio is the median over the reps of the row's \
-                 rate over a bare run made just before it. This run: {goals}. The machine is shared: compare ratios, not runs.{}",
+                 Inline rows do the engine's per-packet work with one TX queue in one loop \
+                 (`TxQueue::enqueue_burst_into`, which parses with `wire::parse_into` only when the \
+                 queue needs a frame's meta, then a tx burst); engine rows run the forwarder's engine \
+                 itself (one busy-polling worker, queues from `app::build_queues`). The shaped row asks \
+                 for 90 % of what shaped CAKE carried in calibration runs. `drr floor` is the `cake` row \
+                 with CAKE's DRR++ skeleton alone (`qdisc::testing::DrrFloor`) in its place: no CAKE can \
+                 beat it. Each ratio is the median over the reps of the row's rate over a bare run made \
+                 just before it. Goals (docs/design.md), this run: {goals}. The machine is shared: compare ratios, not runs.{}",
                 machine.line,
                 cakewalk_benches::report::utc_now(),
                 cakewalk_benches::report::load_average(),
@@ -1122,14 +1121,11 @@ mod imp {
                 } else {
                     format!(
                         "\n\n### Thread scaling on DPDK vdevs\n\n\
-                         Threads {:?}: each thread is its own pinned lcore (cores {}) with its own \
+                         Threads {:?}, each its own pinned lcore (cores {}) with its own \
                          `net_pcap,infinite_rx=1` -> `net_null` pair, mbuf pool and TX queue of one \
-                         `qdisc::mq::MultiQueue` (per-thread queues, as the engine gives its workers; \
-                         CAKE unlimited). Mpps is summed over the threads; each row is paired with a bare \
-                         run of the same thread count just before it, and ratio and added ns per frame \
-                         per thread are medians over those pairs (the bare line is the median of its \
-                         runs). With as many threads as cores, the bench shares its cores with \
-                         everything else on the machine.\n\n{}",
+                         `qdisc::mq::MultiQueue` (CAKE unlimited). Mpps is summed over the threads; \
+                         ratios and added ns per frame per thread are medians against a bare run of \
+                         the same thread count made just before each row.\n\n{}",
                         machine.threads,
                         machine.cores[..max_threads]
                             .iter()
@@ -1143,14 +1139,12 @@ mod imp {
             let body = if two_workers {
                 format!(
                     "{body}\n\n### The engine with two workers: TX queue choice\n\n\
-                     The forwarder's engine, two busy-polling workers pinned to the two bench cores, on a \
-                     `net_pcap` with two receive queues (each replays the file) -> `net_null` with two TX \
-                     queues; `engine.tx_queues = 2`, CAKE unlimited with the bypass (`cakewalk run`'s \
-                     defaults). `flow-hash` picks each frame's TX queue by flow hash, so about half of them \
-                     go to the queue the other worker runs (its intake, or its hand-off ring for a \
-                     bypassed frame, and a full one drops); `worker` sends on the worker's own queue \
-                     (Linux's XPS). Dropped = 1 - delivered / received over the run. Medians over {} \
-                     reps.\n\n{}",
+                     The engine, two busy-polling workers, on a `net_pcap` with two receive queues \
+                     -> `net_null` with two TX queues, CAKE unlimited with the bypass. `flow-hash` \
+                     picks a frame's TX queue by flow hash, so about half go to the other worker's \
+                     queue (its intake or hand-off ring; a full one drops); `worker` sends on the \
+                     worker's own queue (Linux's XPS). Dropped = 1 - delivered / received; medians \
+                     over {} reps.\n\n{}",
                     args.reps,
                     wt.to_markdown().trim_end()
                 )

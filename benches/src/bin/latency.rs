@@ -667,13 +667,13 @@ fn write_results(args: &Args, rate: u64, probe: Probe, rows: &[Row]) -> Result<(
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let mut t = Table::new(&[
         "shaper",
-        "TX queues",
+        "queues",
         "diffserv",
         "test",
-        "base p50 ms",
-        "loaded p50 ms",
-        "loaded p99 ms",
-        "probe loss %",
+        "base p50",
+        "loaded p50",
+        "loaded p99",
+        "loss %",
         "up Mbit/s",
         "down Mbit/s",
         "note",
@@ -760,7 +760,7 @@ fn write_results(args: &Args, rate: u64, probe: Probe, rows: &[Row]) -> Result<(
          upstreams (besteffort); rrul = 4 up + 4 down TCP streams marked BE/CS1/CS5/EF \
          (diffserv3); unequal = one UDP flow at 1.5x the rate plus 8 light UDP flows (2 % each), \
          so one TX queue holds nearly all the demand. Throughput is what left the shaper \
-         (egress `tx_bytes`) each way over the loaded window. Goal G12: loaded p50 - base p50 \
+         (egress `tx_bytes`) each way over the loaded window; latencies in ms. Goal G12: loaded p50 - base p50 \
          <= 5 ms, p99 <= 15 ms and <= 1/10 of the FIFO reference; G11: unequal aggregate within \
          1 % of the rate with work-conserving sync.\n\n{}\n![latency](benches/results/{stem}.png){}\n",
         utc_now(),

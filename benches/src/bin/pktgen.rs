@@ -559,14 +559,18 @@ fn run() -> Result<()> {
             "## pktgen: enqueue throughput of {}\n\n{header}\n\n\
              Command: `cargo run --release -p cakewalk-benches --bin pktgen -- {}`\n\n\
              {markdown}\n\
-             Frames are 64 bytes. `drops` are frames offered beyond what the queue could take \
-             (intake full), counted, never lost. With 2 threads both feed one queue, so they \
-             contend for its runner lock and intake. Every repetition of a row runs right after \
-             a bare-loop run of its own; the ratio is the median of those pairs' ratios (the \
-             bare row shows the median of all bare runs). The machine is shared: compare \
-             ratios, not runs.\n",
+             Frames are 64 bytes; `drops` are frames a full intake refused (counted, never \
+             lost). {} Each ratio is the median over the reps of the row against a bare-loop \
+             run made just before it.\n",
             section_what(cli),
-            args.join(" ")
+            args.join(" "),
+            if cli.queue_per_thread {
+                "Each thread feeds its own queue; the queues share one rate, so they meet only \
+                 at the rate sync."
+            } else {
+                "With 2 threads both feed one queue, so they contend for its runner lock and \
+                 intake."
+            }
         );
         let section = if cli.queue_per_thread {
             "pktgen-mq"

@@ -331,6 +331,17 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
                     let frames = Arc::new(
                         PcapFrames::load(input).with_context(|| format!("port {name}"))?,
                     );
+                    if let Some(d) = frames.damaged() {
+                        crate::log_line!(
+                            "warning: port {name}: '{}' is damaged: record {} (at byte {}) claims {} bytes, more than the capture's snaplen ({}) and any frame, so nothing after it can be read; replaying the {} frames before it (the file was not cut short: its length fields are wrong from there on)",
+                            input.display(),
+                            d.frames_before + 1,
+                            d.offset,
+                            d.claimed_len,
+                            d.snaplen,
+                            d.frames_before
+                        );
+                    }
                     if frames.truncated() {
                         crate::log_line!(
                             "warning: port {name}: '{}' ends in the middle of a frame (the capture was cut short); replaying its {} complete frames",

@@ -453,3 +453,27 @@ fn a_core_the_machine_does_not_have_is_refused_at_start_with_the_usable_ones() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_capture_with_a_damaged_record_length_is_called_damaged_not_cut_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("damaged.pcap");
+    let frames = udp_frames(3);
+    forwarder::port::pcap::write_pcap(&input, &frames).unwrap();
+    let mut bytes = std::fs::read(&input).unwrap();
+    let third = 24 + (16 + frames[0].len()) + (16 + frames[1].len());
+    bytes[third + 8..third + 12].copy_from_slice(&0xdead_beefu32.to_ne_bytes());
+    std::fs::write(&input, &bytes).unwrap();
+    let mut c = cakewalk_run();
+    c.args(["--port-kind", "pcap", "--input", &s(&input)])
+        .args(["--duration", "30s", "--control", "off"]);
+    let out = wait_bounded(spawn(c), Duration::from_secs(120));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is damaged: record 3 (at byte")
+            && stderr.contains("claims 3735928559 bytes")
+            && !stderr.contains("cut short)"),
+        "{stderr}"
+    );
+}

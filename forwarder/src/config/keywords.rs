@@ -37,6 +37,18 @@ pub enum TcError {
         /// What was wrong (part of this message, so not chained again).
         cause: UnitError,
     },
+    /// Not a decimal integer (tc reads these in base 10: `0x10` is not 16).
+    #[error("cake option '{option}': '{value}' is not a whole number in decimal; give one from {range}{why}")]
+    NotDecimal {
+        /// The option.
+        option: &'static str,
+        /// What was given.
+        value: String,
+        /// The valid range.
+        range: &'static str,
+        /// Why a number in another base is refused, when one was given.
+        why: &'static str,
+    },
     /// An integer out of tc's range.
     #[error("cake option '{option}': '{value}' is out of range; valid range is {range}")]
     OutOfRange {
@@ -358,6 +370,30 @@ pub(crate) fn parse_c_u32(s: &str) -> Option<u32> {
     }
 }
 
+/// `v` as a decimal integer, as tc reads `overhead` and `mpu`: a number too large to hold is
+/// out of range, anything else that is not decimal digits is [`TcError::NotDecimal`].
+fn decimal(option: &'static str, v: &str, range: &'static str) -> Result<i64, TcError> {
+    let digits = v.strip_prefix(['-', '+']).unwrap_or(v);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        let hex = v.starts_with("0x") || v.starts_with("0X");
+        return Err(TcError::NotDecimal {
+            option,
+            value: v.to_string(),
+            range,
+            why: if hex {
+                " (tc reads it in base 10, so hex is refused)"
+            } else {
+                ""
+            },
+        });
+    }
+    v.parse::<i64>().map_err(|_| TcError::OutOfRange {
+        option,
+        value: v.to_string(),
+        range,
+    })
+}
+
 impl CakeOptions {
     /// Parses a tc cake option string (`"bandwidth 200mbit diffserv4 ethernet"`), words
     /// separated by whitespace.
@@ -444,8 +480,8 @@ impl CakeOptions {
                 }
                 "overhead" => {
                     let v = value("overhead", "38")?;
-                    let n = v
-                        .parse::<i32>()
+                    let n = decimal("overhead", v, "-64 to 256")?;
+                    let n = i32::try_from(n)
                         .ok()
                         .filter(|n| (-64..=256).contains(n))
                         .ok_or_else(|| TcError::OutOfRange {
@@ -459,7 +495,8 @@ impl CakeOptions {
                 }
                 "mpu" => {
                     let v = value("mpu", "64")?;
-                    let n = v.parse::<u32>().ok().filter(|n| *n <= 256).ok_or_else(|| {
+                    let n = decimal("mpu", v, "0 to 256")?;
+                    let n = u32::try_from(n).ok().filter(|n| *n <= 256).ok_or_else(|| {
                         TcError::OutOfRange {
                             option: "mpu",
                             value: v.to_string(),
@@ -727,6 +764,33 @@ mod tests {
     fn fwmark_accepts_hex_and_decimal() {
         assert_eq!(cfg("fwmark 8").fwmark_mask, 8);
         assert_eq!(cfg("fwmark 0xff00").fwmark_mask, 0xff00);
+    }
+
+    #[test]
+    fn a_hex_overhead_or_mpu_is_called_not_decimal_not_out_of_range() {
+        for (words, option) in [
+            ("overhead 0x10", "overhead"),
+            ("mpu 0x40", "mpu"),
+            ("overhead 1e2", "overhead"),
+        ] {
+            let e = CakeOptions::parse(words).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("cake option '{option}': '"))
+                    && e.contains("is not a whole number in decimal")
+                    && !e.contains("out of range"),
+                "{words}: {e}"
+            );
+        }
+        let e = CakeOptions::parse("overhead 300").unwrap_err().to_string();
+        assert!(e.contains("out of range"), "{e}");
+        let e = CakeOptions::parse("overhead 99999999999999999999")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("out of range"), "{e}");
+        assert_eq!(
+            CakeOptions::parse("overhead -10").unwrap().overhead,
+            Some(-10)
+        );
     }
 
     #[test]

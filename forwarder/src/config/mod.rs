@@ -482,9 +482,17 @@ impl RawShaper {
                     keys.raw = Some(false);
                 }
                 toml::Value::String(s) => {
+                    let numeric = s
+                        .trim()
+                        .starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+');
                     if let Ok(n) = s.trim().parse::<i64>() {
                         keys.overhead = Some(ranged("overhead", n, -64, 256)? as i32);
                         keys.raw = Some(false);
+                    } else if numeric {
+                        return Err(key_err(
+                            "overhead",
+                            format!("'{s}' is not a whole number in decimal; give bytes from -64 to 256 (hex such as 0x10 is refused, as tc reads it in base 10) or a keyword such as \"ethernet\""),
+                        ));
                     } else {
                         let words: Vec<&str> = s.split_whitespace().collect();
                         if words.is_empty() {
@@ -1239,10 +1247,29 @@ impl Config {
                 let _ = writeln!(out, "\n# [ports] and [engine] could not be rendered: {e}");
             }
         }
-        if !self.stats.is_empty() {
-            let mut wrapper = toml::Table::new();
-            wrapper.insert("stats".to_string(), toml::Value::Table(self.stats.clone()));
-            let _ = write!(out, "\n{}", toml::to_string(&wrapper).unwrap_or_default());
+        // Every [stats] key, defaults included, as for the other sections (a file that sets
+        // none used to show no [stats] at all). Loading checked that the table parses.
+        let stats: crate::stats::StatsConfig = toml::Value::Table(self.stats.clone())
+            .try_into()
+            .unwrap_or_default();
+        #[derive(serde::Serialize)]
+        struct StatsSection<'a> {
+            stats: &'a crate::stats::StatsConfig,
+        }
+        match toml::to_string(&StatsSection { stats: &stats }) {
+            Ok(text) => {
+                let _ = write!(out, "\n{text}");
+            }
+            Err(e) => {
+                let _ = writeln!(out, "\n# [stats] could not be rendered: {e}");
+            }
+        }
+        if stats.control_socket.is_empty() {
+            let _ = writeln!(
+                out,
+                "# control_socket \"\" is the default path, here {}",
+                crate::control::default_socket_path().display()
+            );
         }
         out
     }
@@ -1504,6 +1531,40 @@ mod tests {
     }
 
     #[test]
+    fn a_hex_overhead_string_is_called_not_decimal() {
+        let e = err("[shaper]\noverhead = \"0x10\"");
+        assert!(
+            e.starts_with("shaper.overhead: '0x10' is not a whole number in decimal"),
+            "{e}"
+        );
+        let e = err("[shaper]\noptions = \"overhead 0x10\"");
+        assert!(e.contains("is not a whole number in decimal"), "{e}");
+    }
+
+    #[test]
+    fn the_effective_config_shows_stats_even_when_the_file_sets_none() {
+        let text = Config::default().effective();
+        assert!(
+            text.contains("\n[stats]\ninterval = \"1s\"\nlive = true\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# control_socket \"\" is the default path, here "),
+            "{text}"
+        );
+        let back = Config::from_toml_str(&text).unwrap();
+        assert_eq!(back.effective(), text, "reads back the same");
+        let set =
+            Config::from_toml_str("[stats]\ninterval = \"5s\"\nprometheus = \"127.0.0.1:9187\"")
+                .unwrap();
+        let text = set.effective();
+        assert!(
+            text.contains("interval = \"5s\"") && text.contains("prometheus = \"127.0.0.1:9187\""),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_sync_interval_below_the_minimum_the_zero_error_names_is_refused() {
         for v in ["\"1ns\"", "\"9us\"", "\"2s\""] {
             let e = err(&format!("[shaper]\nsync_interval = {v}"));
@@ -1745,6 +1806,12 @@ mod tests {
             let mut again = Config::from_toml_str(&shown).unwrap();
             // Every shaper key is written out, so all of them now count as given.
             again.shaper.given = c.shaper.given.clone();
+            // Every [stats] key is written out too: the same settings, a fuller table.
+            let resolved = |t: &toml::Table| -> crate::stats::StatsConfig {
+                toml::Value::Table(t.clone()).try_into().unwrap()
+            };
+            assert_eq!(resolved(&again.stats), resolved(&c.stats), "{shown}");
+            again.stats = c.stats.clone();
             assert_eq!(again, c, "{shown}");
         }
     }

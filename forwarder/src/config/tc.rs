@@ -415,7 +415,10 @@ mod tests {
             .to_string();
         assert!(e.starts_with("unknown cake option 'diffserv7'"), "{e}");
         let e = to_toml("overhead lots").unwrap_err().to_string();
-        assert!(e.contains("valid range is -64 to 256"), "{e}");
+        assert!(
+            e.contains("'lots' is not a whole number in decimal; give one from -64 to 256"),
+            "{e}"
+        );
         assert!(to_toml("memlimit").is_err());
     }
 }

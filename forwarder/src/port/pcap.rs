@@ -133,7 +133,29 @@ pub struct PcapFrames {
     index: Vec<(usize, usize)>,
     truncated: bool,
     snapped: usize,
+    /// pcap (not pcapng): where the record the file ended in starts, its byte order and the
+    /// file's snaplen, to tell a capture cut short from a damaged record length.
+    cut_record: Option<(u64, bool, u32)>,
+    damaged: Option<DamagedRecord>,
 }
+
+/// A record whose length field is impossible: larger than the capture's snaplen and any
+/// frame, so the file ends "inside" it. The file is damaged there, not cut short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DamagedRecord {
+    /// Frames before it (all kept).
+    pub frames_before: usize,
+    /// Its byte offset in the file.
+    pub offset: u64,
+    /// The length it claims.
+    pub claimed_len: u32,
+    /// The capture's snaplen.
+    pub snaplen: u32,
+}
+
+/// No frame a port can carry is longer: a record claiming more (and more than the file's
+/// snaplen) has a damaged length field.
+const MAX_FRAME_IN_A_CAPTURE: u32 = crate::config::limits::MAX_BUFFER_SIZE as u32;
 
 /// True when the reader stopped because the file ended in the middle of a header or record.
 fn is_eof(e: &pcap_file::PcapError) -> bool {
@@ -152,7 +174,46 @@ impl PcapFrames {
         };
         let file = File::open(path).map_err(open_err)?;
         let len = file.metadata().map_err(open_err)?.len();
-        PcapFrames::read(BufReader::new(file), len, path)
+        let mut frames = PcapFrames::read(BufReader::new(file), len, path)?;
+        if let Some((offset, big_endian, snaplen)) = frames.cut_record {
+            frames.check_cut_record(path, offset, big_endian, snaplen);
+        }
+        Ok(frames)
+    }
+
+    /// Reads the header of the record the file ended in and, when its length is impossible,
+    /// calls the file damaged at that record rather than cut short.
+    fn check_cut_record(&mut self, path: &Path, offset: u64, big_endian: bool, snaplen: u32) {
+        use std::io::{Seek, SeekFrom};
+        let mut header = [0u8; 16];
+        let read = File::open(path).and_then(|mut f| {
+            f.seek(SeekFrom::Start(offset))?;
+            f.read_exact(&mut header)
+        });
+        if read.is_err() {
+            return; // Not even a whole record header: cut short.
+        }
+        let field: [u8; 4] = header[8..12].try_into().unwrap_or_default();
+        let claimed_len = if big_endian {
+            u32::from_be_bytes(field)
+        } else {
+            u32::from_le_bytes(field)
+        };
+        if claimed_len > snaplen.max(MAX_FRAME_IN_A_CAPTURE) {
+            self.truncated = false;
+            self.damaged = Some(DamagedRecord {
+                frames_before: self.len(),
+                offset,
+                claimed_len,
+                snaplen,
+            });
+        }
+    }
+
+    /// Set when a record's length field is impossible (see [`DamagedRecord`]): the frames
+    /// before it were kept.
+    pub fn damaged(&self) -> Option<DamagedRecord> {
+        self.damaged
     }
 
     /// Reads every frame from `input`, a whole pcap or pcapng file of `len` bytes; `path`
@@ -222,6 +283,9 @@ impl PcapFrames {
         } else {
             let mut r = PcapReader::new(input).map_err(header_err)?;
             let link = r.header().datalink;
+            let big_endian = r.header().endianness == pcap_file::Endianness::Big;
+            let snaplen = r.header().snaplen;
+            let mut offset = 24u64;
             if link != DataLink::ETHERNET {
                 return Err(PcapError::NotEthernet {
                     path: path.to_path_buf(),
@@ -238,10 +302,12 @@ impl PcapFrames {
                         if p.orig_len > p.incl_len {
                             frames.snapped += 1;
                         }
+                        offset += 16 + p.data.len() as u64;
                         frames.push(&p.data)
                     }
                     Err(e) if is_eof(&e) => {
                         frames.truncated = true;
+                        frames.cut_record = Some((offset, big_endian, snaplen));
                         break;
                     }
                     Err(e) => return Err(fmt_err(e)),
@@ -800,6 +866,30 @@ mod tests {
             assert_eq!(f.frame(1), &frames(3)[1][..]);
         }
         assert!(!PcapFrames::load(&path).unwrap().truncated());
+    }
+
+    #[test]
+    fn a_record_with_an_impossible_length_is_called_damaged_not_cut_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.pcap");
+        write_pcap(&path, &frames(3)).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        // The third record's incl_len (write_pcap writes native byte order).
+        let third = 24 + (16 + 60) + (16 + 61);
+        bytes[third + 8..third + 12].copy_from_slice(&0x7fff_ffffu32.to_ne_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let f = PcapFrames::load(&path).unwrap();
+        assert_eq!(f.len(), 2);
+        assert!(!f.truncated(), "not cut short");
+        assert_eq!(
+            f.damaged(),
+            Some(DamagedRecord {
+                frames_before: 2,
+                offset: third as u64,
+                claimed_len: 0x7fff_ffff,
+                snaplen: 65535,
+            })
+        );
     }
 
     #[test]

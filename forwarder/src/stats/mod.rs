@@ -22,7 +22,7 @@ use crate::counters::synth::{SynthStats, SynthTotals};
 use crate::counters::{egress, port, Snapshot, TinSnapshot, WorkerCounters};
 
 /// The `[stats]` table.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StatsConfig {
     /// Seconds between live lines ("1s").
@@ -30,9 +30,11 @@ pub struct StatsConfig {
     /// Print the live line on stderr.
     pub live: bool,
     /// Append one JSON object per interval to this file.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub json: Option<PathBuf>,
     /// Serve Prometheus text on this address ("127.0.0.1:9187"); loopback only unless
     /// `prometheus_public` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<String>,
     /// Allow a non-loopback Prometheus address.
     pub prometheus_public: bool,

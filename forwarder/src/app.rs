@@ -519,7 +519,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     if let Some(w) = pool_warning(&config) {
         crate::log_line!("warning: {w}");
     }
-    let soft = build_soft_ports(&config.ports, ecfg.tx_queues)?;
+    let ports = with_generator_paced(&config);
+    let soft = build_soft_ports(&ports, ecfg.tx_queues)?;
     supervise(
         &config,
         soft.ports,
@@ -528,6 +529,24 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         soft.health,
         None,
     )
+}
+
+/// The `[ports]` table with the generator's offered rate "auto" resolved against the shaped
+/// rate ([`crate::port::synth::resolve_auto_rate`]), saying so when a synth port generates:
+/// a flood far above the rate would report most packets dropped.
+pub fn with_generator_paced(config: &Config) -> PortsConfig {
+    let mut ports = config.ports.clone();
+    let shaped = config.shaper.cake.rate.bits_per_sec();
+    let rate = crate::port::synth::resolve_auto_rate(&ports.synth.rate, shaped);
+    let generates = ports.a.kind == PortKind::Synth;
+    if rate != ports.synth.rate && generates && shaped != 0 {
+        crate::log_line!(
+            "generator: offering {rate} per generating port, {}x the shaped rate (ports.synth.rate = \"auto\"; set it, e.g. --set ports.synth.rate=1mpps, to offer another rate)",
+            crate::port::synth::AUTO_OFFER_FACTOR
+        );
+    }
+    ports.synth.rate = rate;
+    ports
 }
 
 /// When one port's TX queues together may hold more buffers than the pool that feeds them

@@ -603,3 +603,69 @@ fn before_the_first_report_ctl_stats_says_when_it_comes() {
         "{text}"
     );
 }
+
+#[test]
+fn the_readme_demo_paces_the_generator_and_says_which_drops_are_the_shapers_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("stats.json");
+    let (stdout, stderr) = run_ok(&[
+        "--rate",
+        "200mbit",
+        "--diffserv",
+        "diffserv4",
+        "--overhead",
+        "ethernet",
+        "--queues",
+        "2",
+        "--duration",
+        "2s",
+        "--stats-json",
+        &s(&json),
+        "--control",
+        "off",
+    ]);
+    assert!(
+        stderr.contains("generator: offering 400mbit per generating port, 2x the shaped rate"),
+        "{stderr}"
+    );
+    let last = json_lines(&json).pop().unwrap();
+    let synth = &last["synth"][0];
+    let (sent, lost) = (
+        synth["sent_packets"].as_u64().unwrap(),
+        synth["lost"].as_u64().unwrap(),
+    );
+    // Offered at twice the rate, at most about half (plus the Ethernet overhead's share) is
+    // dropped; a flood reported more than 90 % "lost".
+    assert!(
+        sent > 0 && lost * 4 < sent * 3,
+        "lost {lost} of {sent}:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("drops: {lost} by the shaper doing its job"))
+            && stdout.contains("none elsewhere"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_packet_rate_paces_the_generator() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("stats.json");
+    run_ok(&[
+        "--duration",
+        "10s",
+        "--stats-json",
+        &s(&json),
+        "--control",
+        "off",
+        "--set",
+        "ports.synth.rate=20kpps",
+        "--set",
+        "ports.synth.packets=2000",
+    ]);
+    let last = json_lines(&json).pop().unwrap();
+    assert_eq!(last["synth"][0]["received_packets"], 2000);
+    // 2000 frames at 20 000 per second take at least 0.1 s (the bucket holds 10 ms).
+    let elapsed = last["elapsed_s"].as_f64().unwrap();
+    assert!(elapsed >= 0.09, "{elapsed}");
+}

@@ -57,7 +57,7 @@ pub enum SynthError {
     #[error("dscp mix '{0}' is not valid; use 'value:weight' pairs like '0:8,46:1' (names: be, cs1..cs7, af11..af43, ef)")]
     BadDscp(String),
     /// The offered rate could not be parsed.
-    #[error("offered rate '{0}' is not a rate; try '500mbit', '2gbit' or 'unlimited'")]
+    #[error("offered rate '{0}' is not a rate; try 'auto', '500mbit', '2gbit', a packet rate such as '1mpps' or '500kpps', or 'unlimited'")]
     BadRate(String),
     /// The duration could not be parsed.
     #[error("duration '{0}' is not a duration; try '10s' or '500ms'")]
@@ -144,7 +144,9 @@ pub struct SynthConfig {
     pub dscp: String,
     /// Mark packets ECN-capable (ECT(0)) so the AQM marks instead of dropping.
     pub ecn: bool,
-    /// Offered rate per generator ("500mbit"), or "unlimited" for flat out.
+    /// Offered rate per generator: a bit rate ("500mbit"), a packet rate ("1mpps", "500kpps",
+    /// "20000pps"), "unlimited" for flat out, or "auto" (the default): [`AUTO_OFFER_FACTOR`]
+    /// times the shaped rate, flat out when the shaper is unlimited ([`resolve_auto_rate`]).
     pub rate: String,
     /// Stop after this many packets per generating port (0 = no limit).
     pub packets: u64,
@@ -164,7 +166,7 @@ impl Default for SynthConfig {
             size: PacketSize::Imix,
             dscp: "0".into(),
             ecn: false,
-            rate: "unlimited".into(),
+            rate: "auto".into(),
             packets: 0,
             duration: String::new(),
             seed: 1,
@@ -173,16 +175,88 @@ impl Default for SynthConfig {
     }
 }
 
-/// Parses a tc-style rate ("500mbit", "2gbit", "unlimited") into bits per second through
-/// [`crate::config::units`]; 0 means unlimited.
-pub fn parse_rate_bps(s: &str) -> Result<u64, SynthError> {
-    let t = s.trim();
-    if t.is_empty() || t == "0" {
-        return Ok(0);
+/// How many times the shaped rate the generator offers by default: enough over the rate that
+/// a queue builds and CAKE shows its work (and drops what the link cannot carry), not so
+/// much that the run is mostly a flood of drops.
+pub const AUTO_OFFER_FACTOR: u64 = 2;
+
+/// How fast a generator offers frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// Flat out.
+    Unlimited,
+    /// Bits per second of frames.
+    Bits(u64),
+    /// Frames per second, whatever their size (pktgen style).
+    Packets(u64),
+    /// [`AUTO_OFFER_FACTOR`] times the shaped rate; flat out until resolved
+    /// ([`resolve_auto_rate`]).
+    Auto,
+}
+
+/// Parses an offered rate: "auto", a tc-style bit rate ("500mbit", "2gbit"), a packet rate
+/// ("1mpps", "500kpps", "20000pps", "1.5mpps") or "unlimited" / "0" / "".
+///
+/// # Errors
+/// [`SynthError::BadRate`] naming the value, with examples.
+pub fn parse_pace(s: &str) -> Result<Pace, SynthError> {
+    let t = s.trim().to_ascii_lowercase();
+    let bad = || SynthError::BadRate(s.into());
+    match t.as_str() {
+        "" | "0" | "unlimited" => return Ok(Pace::Unlimited),
+        "auto" => return Ok(Pace::Auto),
+        _ => {}
     }
-    crate::config::units::parse_rate(t)
-        .map(|r| r.bits_per_sec())
-        .map_err(|_| SynthError::BadRate(s.into()))
+    if let Some(num) = t.strip_suffix("pps") {
+        let (num, scale) = match num.as_bytes().last() {
+            Some(b'k') => (&num[..num.len() - 1], 1e3),
+            Some(b'm') => (&num[..num.len() - 1], 1e6),
+            Some(b'g') => (&num[..num.len() - 1], 1e9),
+            _ => (num, 1.0),
+        };
+        let v: f64 = num.trim().parse().map_err(|_| bad())?;
+        let pps = v * scale;
+        if !(1.0..=1e12).contains(&pps) {
+            return Err(bad());
+        }
+        return Ok(Pace::Packets(pps.round() as u64));
+    }
+    crate::config::units::parse_rate(&t)
+        .map(|r| match r.bits_per_sec() {
+            0 => Pace::Unlimited,
+            b => Pace::Bits(b),
+        })
+        .map_err(|_| bad())
+}
+
+/// Parses a tc-style rate ("500mbit", "2gbit", "unlimited") into bits per second through
+/// [`crate::config::units`]; 0 means unlimited (and "auto", until resolved, too).
+///
+/// # Errors
+/// [`SynthError::BadRate`], also for a packet rate, which has no bit rate.
+pub fn parse_rate_bps(s: &str) -> Result<u64, SynthError> {
+    match parse_pace(s)? {
+        Pace::Unlimited | Pace::Auto => Ok(0),
+        Pace::Bits(b) => Ok(b),
+        Pace::Packets(_) => Err(SynthError::BadRate(s.into())),
+    }
+}
+
+/// The offered rate "auto" stands for with a shaper at `shaped_bps` (0: unlimited), as a
+/// rate string: [`AUTO_OFFER_FACTOR`] times it, or "unlimited". Any other rate is returned
+/// as it is.
+pub fn resolve_auto_rate(rate: &str, shaped_bps: u64) -> String {
+    if rate.trim().eq_ignore_ascii_case("auto") {
+        if shaped_bps == 0 {
+            "unlimited".to_string()
+        } else {
+            crate::config::units::format_rate(qdisc::Rate::from_bits_per_sec(
+                shaped_bps.saturating_mul(AUTO_OFFER_FACTOR),
+            ))
+        }
+    } else {
+        rate.to_string()
+    }
 }
 
 /// Parses a duration ("10s", "500ms") into ns through
@@ -263,7 +337,7 @@ pub struct SynthPlan {
     sizes: Vec<usize>,
     dscp_of_flow: Vec<u8>,
     ecn: bool,
-    rate_bps: u64,
+    pace: Pace,
     packets: u64,
     duration_ns: Option<u64>,
     /// Port index folded into addresses so A->B and B->A flows differ.
@@ -277,7 +351,7 @@ impl SynthPlan {
             return Err(SynthError::NoFlows);
         }
         let mix = parse_dscp_mix(&cfg.dscp)?;
-        let rate_bps = parse_rate_bps(&cfg.rate)?;
+        let pace = parse_pace(&cfg.rate)?;
         let duration_ns = parse_duration_ns(&cfg.duration)?;
         let mut rng = SplitMix(cfg.seed ^ u64::from(port).wrapping_mul(0x1234_5678_9abc));
         let sizes = match cfg.size {
@@ -319,7 +393,7 @@ impl SynthPlan {
             sizes,
             dscp_of_flow,
             ecn: cfg.ecn,
-            rate_bps,
+            pace,
             packets: cfg.packets,
             duration_ns,
             port,
@@ -331,9 +405,17 @@ impl SynthPlan {
         self.flows
     }
 
-    /// Offered rate in bit/s, 0 = flat out.
+    /// Offered rate in bit/s, 0 = flat out or paced by packets.
     pub fn rate_bps(&self) -> u64 {
-        self.rate_bps
+        match self.pace {
+            Pace::Bits(b) => b,
+            _ => 0,
+        }
+    }
+
+    /// How fast the generator offers frames.
+    pub fn pace(&self) -> Pace {
+        self.pace
     }
 
     fn is_v6(&self, flow: u32) -> bool {
@@ -422,10 +504,14 @@ pub struct SynthRx {
     next_flow: usize,
     next_size: usize,
     /// Bytes per second, 0 = flat out.
-    rate_bytes_per_s: u64,
+    /// The pace in units per second: bytes (bit pacing) or frames ([`Pace::Packets`]); 0 =
+    /// flat out.
+    rate_units_per_s: u64,
+    /// Each frame costs one unit instead of its length.
+    per_packet: bool,
     start_ns: u64,
     /// Bytes the bucket has credited since `start_ns` and that were spent or forfeited.
-    spent_bytes: u128,
+    spent_units: u128,
     sent_packets: u64,
     sent_bytes: u64,
     pool_empty: u64,
@@ -469,7 +555,13 @@ impl SynthRx {
         let counters = stats.add_generator();
         let share = |x: u64| x / queues as u64 + u64::from((queue as u64) < x % queues as u64);
         SynthRx {
-            rate_bytes_per_s: share(plan.rate_bps) / 8,
+            rate_units_per_s: match plan.pace {
+                Pace::Bits(b) => share(b) / 8,
+                // At least one frame a second per queue, so a tiny rate still offers.
+                Pace::Packets(p) => share(p).max(1),
+                Pace::Unlimited | Pace::Auto => 0,
+            },
+            per_packet: matches!(plan.pace, Pace::Packets(_)),
             packet_limit: if plan.packets == 0 {
                 u64::MAX
             } else {
@@ -482,7 +574,7 @@ impl SynthRx {
             next_flow: 0,
             next_size: 0,
             start_ns: 0,
-            spent_bytes: 0,
+            spent_units: 0,
             sent_packets: 0,
             sent_bytes: 0,
             pool_empty: 0,
@@ -564,14 +656,15 @@ impl PortRx for SynthRx {
         // Token bucket: credit = rate * elapsed - spent, capped at a burst of big frames so
         // a stall does not turn into a flood afterwards.
         let mut credit = u64::MAX;
-        if self.rate_bytes_per_s != 0 {
-            let earned = u128::from(elapsed) * u128::from(self.rate_bytes_per_s) / 1_000_000_000;
+        if self.rate_units_per_s != 0 {
+            let earned = u128::from(elapsed) * u128::from(self.rate_units_per_s) / 1_000_000_000;
             // Up to 10 ms of credit (at least a burst of big frames) survives a stall.
-            let depth = (max as u128 * 1518).max(u128::from(self.rate_bytes_per_s) / 100);
-            if earned > self.spent_bytes + depth {
-                self.spent_bytes = earned - depth;
+            let burst_units = if self.per_packet { 1 } else { 1518 };
+            let depth = (max as u128 * burst_units).max(u128::from(self.rate_units_per_s) / 100);
+            if earned > self.spent_units + depth {
+                self.spent_units = earned - depth;
             }
-            credit = (earned.saturating_sub(self.spent_bytes)).min(u128::from(u64::MAX)) as u64;
+            credit = (earned.saturating_sub(self.spent_units)).min(u128::from(u64::MAX)) as u64;
         }
         // How many frames the bucket and the limits allow, then all their buffers at once.
         let mut want = 0usize;
@@ -584,10 +677,11 @@ impl PortRx for SynthRx {
                 MIN_FRAME_V4
             };
             let len = self.plan.sizes[si].max(min).min(self.pool.buf_size()) as u64;
-            if len > credit {
+            let cost = if self.per_packet { 1 } else { len };
+            if cost > credit {
                 break;
             }
-            credit -= len;
+            credit -= cost;
             want += 1;
             fi = if fi + 1 == self.flows.len() {
                 0
@@ -607,8 +701,8 @@ impl PortRx for SynthRx {
         }
         for buf in &mut burst[start..] {
             let len = self.build(buf, now) as u64;
-            if self.rate_bytes_per_s != 0 {
-                self.spent_bytes += u128::from(len);
+            if self.rate_units_per_s != 0 {
+                self.spent_units += if self.per_packet { 1 } else { u128::from(len) };
             }
             self.sent_packets += 1;
             self.sent_bytes += len;
@@ -823,6 +917,27 @@ mod tests {
         assert!(parse_dscp_mix("99").is_err());
         assert_eq!(parse_rate_bps("500mbit").unwrap(), 500_000_000);
         assert_eq!(parse_rate_bps("unlimited").unwrap(), 0);
+        for (text, pace) in [
+            ("1mpps", Pace::Packets(1_000_000)),
+            ("500kpps", Pace::Packets(500_000)),
+            ("1.5Mpps", Pace::Packets(1_500_000)),
+            ("20000pps", Pace::Packets(20_000)),
+            ("auto", Pace::Auto),
+            ("unlimited", Pace::Unlimited),
+            ("200mbit", Pace::Bits(200_000_000)),
+        ] {
+            assert_eq!(parse_pace(text).unwrap(), pace, "{text}");
+        }
+        for bad in ["0.1pps", "xpps", "mpps", "-1kpps"] {
+            assert!(parse_pace(bad).is_err(), "{bad}");
+        }
+        assert!(parse_pace("fast")
+            .unwrap_err()
+            .to_string()
+            .contains("'1mpps'"));
+        assert_eq!(resolve_auto_rate("auto", 200_000_000), "400mbit");
+        assert_eq!(resolve_auto_rate("AUTO", 0), "unlimited");
+        assert_eq!(resolve_auto_rate("1mpps", 200_000_000), "1mpps");
         let e = parse_rate_bps("2gbps").unwrap_err().to_string();
         assert!(e.contains("'2gbps'") && e.contains("try"), "{e}");
         assert_eq!(parse_duration_ns("500ms").unwrap(), Some(500_000_000));
@@ -945,6 +1060,37 @@ mod tests {
             burst.len() as u64 <= earned.min(32),
             "{} > {earned}",
             burst.len()
+        );
+    }
+
+    #[test]
+    fn a_packet_rate_paces_frames_whatever_their_size() {
+        // 1000 frames/s of IMIX: large and small frames cost one frame of credit each.
+        let cfg = SynthConfig {
+            flows: 2,
+            rate: "1kpps".into(),
+            ..SynthConfig::default()
+        };
+        let stats = Arc::new(SynthStats::default());
+        let mut rx = SynthRx::new(&plan(&cfg), Pool::new(4096, 2048), 0, 1, &stats);
+        let mut burst = Vec::new();
+        let t0 = clock::now_ns();
+        rx.rx_burst(&mut burst, 32);
+        let first = burst.len();
+        burst.clear();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let t1 = clock::now_ns();
+        rx.rx_burst(&mut burst, 32);
+        let earned = (t1 - t0) / 1_000_000 + 1;
+        assert!(first <= 1, "first burst {first}");
+        assert!(
+            burst.len() as u64 <= earned.min(32),
+            "{} > {earned}",
+            burst.len()
+        );
+        assert!(
+            !burst.is_empty(),
+            "20 ms at 1000 frames/s earned at least one"
         );
     }
 

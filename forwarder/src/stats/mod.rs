@@ -558,11 +558,63 @@ impl Report {
             let list: Vec<String> = b.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
             let _ = writeln!(out, "backend {}: {}", b.port, list.join(", "));
         }
+        if let Some(line) = self.drops_line() {
+            out.push_str(&line);
+            out.push('\n');
+        }
         out.push_str(&self.conservation_line());
         out.push('\n');
         out
     }
+
+    /// Says which drops are the shaper doing its job (CAKE's AQM, its queue limit and its ACK
+    /// filter, on traffic offered above the rate) and which are faults to look into (a ring
+    /// between workers or a port that refused); `None` without drops.
+    pub fn drops_line(&self) -> Option<String> {
+        let list = |shaping: bool| -> (u64, Vec<String>) {
+            let picked: Vec<(&str, u64)> = self
+                .drops
+                .iter()
+                .filter(|(r, n)| **n > 0 && SHAPER_DROPS.contains(*r) == shaping)
+                .map(|(r, n)| (*r, *n))
+                .collect();
+            (
+                picked.iter().map(|(_, n)| n).sum(),
+                picked.iter().map(|(r, n)| format!("{r} {n}")).collect(),
+            )
+        };
+        let (by_shaper, shaper_list) = list(true);
+        let (faults, fault_list) = list(false);
+        if by_shaper + faults == 0 {
+            return None;
+        }
+        let mut line = format!(
+            "drops: {by_shaper} by the shaper doing its job{}",
+            if shaper_list.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({}: more was offered than the shaped rate carries, and CAKE dropped from the fattest flows)",
+                    shaper_list.join(", ")
+                )
+            }
+        );
+        if faults == 0 {
+            line.push_str("; none elsewhere");
+        } else {
+            line.push_str(&format!(
+                "; {faults} elsewhere ({}: not the shaper's choice, see docs/metrics.md)",
+                fault_list.join(", ")
+            ));
+        }
+        Some(line)
+    }
 }
+
+/// The drop reasons that are CAKE doing its job: the AQM, the queue's limit (dropping from
+/// the fattest flow) and the ACK filter. The others (a full ring between workers, a port
+/// that refused a frame, a frame that could not be parsed) are not the shaper's choice.
+pub const SHAPER_DROPS: [&str; 3] = ["aqm", "overflow", "ack_filter"];
 
 #[cfg(test)]
 mod tests {
@@ -711,5 +763,26 @@ mod tests {
             toml::from_str("interval = \"500ms\"\nprometheus = \"127.0.0.1:9187\"").unwrap();
         assert_eq!(c.prometheus.as_deref(), Some("127.0.0.1:9187"));
         assert!(toml::from_str::<StatsConfig>("intervall = \"1s\"").is_err());
+    }
+
+    #[test]
+    fn the_drops_line_tells_the_shapers_work_from_faults() {
+        let mut r = report(true, 7);
+        r.drops.insert("overflow", 2);
+        assert_eq!(
+            r.drops_line().unwrap(),
+            "drops: 5 by the shaper doing its job (aqm 3, overflow 2: more was offered than the shaped rate carries, and CAKE dropped from the fattest flows); none elsewhere"
+        );
+        r.drops.insert("intake_full", 4);
+        let line = r.drops_line().unwrap();
+        assert!(
+            line.ends_with(
+                "; 4 elsewhere (intake_full 4: not the shaper's choice, see docs/metrics.md)"
+            ),
+            "{line}"
+        );
+        assert!(r.final_text().contains(&line), "{}", r.final_text());
+        r.drops.clear();
+        assert_eq!(r.drops_line(), None);
     }
 }

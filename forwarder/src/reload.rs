@@ -26,6 +26,9 @@ pub struct ReloadOutcome {
     pub applied: Vec<String>,
     /// Keys that changed but need a restart.
     pub needs_restart: Vec<String>,
+    /// Live keys whose value in the file differs from the running one because a
+    /// command-line flag sets them, as `key (--flag keeps X; the file says Y)`.
+    pub overridden: Vec<String>,
     /// Why the file was not used, when it was not.
     pub error: Option<String>,
 }
@@ -39,12 +42,23 @@ impl ReloadOutcome {
             )];
         }
         let mut v = Vec::new();
-        if self.applied.is_empty() {
+        if self.applied.is_empty() && !self.overridden.is_empty() {
+            v.push(format!(
+                "reload: {origin}: no live setting changed: the command line wins over the file for {}",
+                self.overridden.join(", ")
+            ));
+        } else if self.applied.is_empty() {
             v.push(format!("reload: {origin}: no live setting changed"));
         } else {
             v.push(format!(
                 "reload: {origin}: applied live: {}",
                 self.applied.join(", ")
+            ));
+        }
+        if !self.applied.is_empty() && !self.overridden.is_empty() {
+            v.push(format!(
+                "reload: {origin}: the command line wins over the file for {}",
+                self.overridden.join(", ")
             ));
         }
         if !self.needs_restart.is_empty() {
@@ -177,7 +191,10 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
         v.push("ports.buffer_size".into());
     }
     if p.synth != q.synth {
-        v.push("ports.synth".into());
+        v.extend(changed_keys("ports.synth", &p.synth, &q.synth));
+    }
+    if p.eal_args != q.eal_args {
+        v.push("ports.eal_args".into());
     }
     if old.shaper.queue != new.shaper.queue {
         v.push("shaper.queue".into());
@@ -192,12 +209,80 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
         v.push("shaper.sync_interval".into());
     }
     if old.engine != new.engine {
-        v.push("engine".into());
+        v.extend(changed_keys("engine", &old.engine, &new.engine));
     }
     if old.stats != new.stats {
-        v.push("stats".into());
+        let resolved = |t: &toml::Table| -> crate::stats::StatsConfig {
+            toml::Value::Table(t.clone()).try_into().unwrap_or_default()
+        };
+        v.extend(changed_keys(
+            "stats",
+            &resolved(&old.stats),
+            &resolved(&new.stats),
+        ));
     }
     v
+}
+
+/// The keys of `prefix` whose values differ between `old` and `new` (`engine.workers`), or
+/// `prefix` alone when the two cannot be compared key by key.
+fn changed_keys<T: serde::Serialize>(prefix: &str, old: &T, new: &T) -> Vec<String> {
+    let table = |t: &T| match toml::Value::try_from(t) {
+        Ok(toml::Value::Table(t)) => Some(t),
+        _ => None,
+    };
+    let (Some(a), Some(b)) = (table(old), table(new)) else {
+        return vec![prefix.to_string()];
+    };
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| format!("{prefix}.{k}"))
+        .collect()
+}
+
+/// The live CAKE settings a command-line flag keeps from what the file says, as
+/// `rate (--rate keeps 10mbit; the file says 90mbit)`.
+fn overridden_by_flags(
+    running: &Config,
+    file_alone: &Config,
+    overrides: &Overrides,
+) -> Vec<String> {
+    cake_changes(&running.shaper.cake, &file_alone.shaper.cake)
+        .into_iter()
+        .filter_map(|change| {
+            let (key, values) = change.split_once(' ')?;
+            let (kept, file) = values.split_once(" -> ")?;
+            // rtt sets target too; bandwidth is rate.
+            let set_by = |k: &str| match k {
+                "rate" => vec!["shaper.rate", "shaper.bandwidth"],
+                "target" => vec!["shaper.target", "shaper.rtt"],
+                "overhead" => vec!["shaper.overhead", "shaper.raw"],
+                _ => Vec::new(),
+            };
+            let own = format!("shaper.{key}");
+            let mut keys = set_by(key);
+            keys.push(&own);
+            let flag = overrides
+                .entries
+                .iter()
+                .rev()
+                .find(|o| keys.contains(&o.key.as_str()))
+                .map(|o| o.flag.clone())
+                .or_else(|| {
+                    // Set through `options` (--set shaper.options=...) or a tc-words flag.
+                    overrides
+                        .entries
+                        .iter()
+                        .rev()
+                        .find(|o| o.key == "shaper.options")
+                        .map(|o| o.flag.clone())
+                })?;
+            Some(format!("{key} ({flag} keeps {kept}; the file says {file})"))
+        })
+        .collect()
 }
 
 /// Re-reads `path` with `overrides` and applies it over `current` (the last applied config,
@@ -225,6 +310,15 @@ pub fn reload_once(
         };
     }
     let applied = cake_changes(&current.shaper.cake, &new.shaper.cake);
+    let overridden = if overrides.is_empty() {
+        Vec::new()
+    } else {
+        // The file alone may not load (a flag may supply what it lacks): then there is
+        // nothing to compare.
+        Config::load(Some(path), &Overrides::default())
+            .map(|file_alone| overridden_by_flags(&new, &file_alone, overrides))
+            .unwrap_or_default()
+    };
     let mut needs_restart = restart_keys(started, &new);
     // The control path names what it refused; keep its coarse names only when ours do not
     // already cover them ("ports" vs "ports.b.iface").
@@ -240,6 +334,7 @@ pub fn reload_once(
     ReloadOutcome {
         applied,
         needs_restart,
+        overridden,
         error: None,
     }
 }
@@ -396,5 +491,42 @@ mod tests {
             vec!["diffserv diffserv4 -> besteffort".to_string()]
         );
         assert_eq!(current.shaper.cake.rate.bits_per_sec(), 10_000_000);
+        assert_eq!(
+            out.overridden,
+            vec!["rate (--rate keeps 10mbit; the file says 90mbit)".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_reload_whose_only_change_a_flag_overrides_says_which_flag_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "[shaper]\nrate = \"30mbit\"\n").unwrap();
+        let mut o = Overrides::default();
+        o.set("shaper.rate", "10mbit", "--rate");
+        let started = Config::load(Some(&p), &o).unwrap();
+        let mut current = started.clone();
+        std::fs::write(&p, "[shaper]\nrate = \"90mbit\"\n").unwrap();
+        let out = reload_once(&p, &o, &mut current, &started);
+        assert!(out.applied.is_empty());
+        assert_eq!(
+            out.log_lines("c.toml"),
+            vec!["reload: c.toml: no live setting changed: the command line wins over the file for rate (--rate keeps 10mbit; the file says 90mbit)".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_restart_only_change_names_the_key_not_only_its_section() {
+        let a = cfg("[engine]\nworkers = 1\n[stats]\ninterval = \"1s\"\n[ports.synth]\nflows = 4");
+        let b = cfg("[engine]\nworkers = 2\nburst = 64\n[stats]\ninterval = \"5s\"\n[ports.synth]\nflows = 8");
+        assert_eq!(
+            restart_keys(&a, &b),
+            vec![
+                "ports.synth.flows".to_string(),
+                "engine.burst".to_string(),
+                "engine.workers".to_string(),
+                "stats.interval".to_string(),
+            ]
+        );
     }
 }

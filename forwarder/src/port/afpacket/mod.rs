@@ -547,11 +547,40 @@ fn restore_vlan_tag(buf: &mut [u8], len: usize, tpid: u16, tci: u16) -> Option<u
     Some(len + 4)
 }
 
+/// Bytes a frame has beyond its IP packet (the MTU): Ethernet header and a VLAN tag.
+const L2_OVERHEAD: usize = 14 + 4;
+
+/// Why frames of up to `longest` bytes did not fit `buf_size`-byte buffers on `iface` (whose
+/// MTU is `mtu` when known), and what fixes it: frames within the MTU are the interface's
+/// own (jumbo) frames, and only frames beyond it are GRO/GSO super-frames.
+fn oversize_hint(iface: &str, buf_size: usize, longest: usize, mtu: Option<usize>) -> String {
+    let gro = format!(
+        "GRO/GSO super-frames, longer than the interface's MTU; turn GRO off on '{iface}' \
+         (ethtool -K {iface} gro off) and offloads off on the hosts sending into it \
+         (ethtool -K DEV tx off tso off gso off gro off), or raise ports.buffer_size"
+    );
+    match mtu {
+        Some(mtu) if longest <= mtu + L2_OVERHEAD => format!(
+            "they fit '{iface}''s MTU of {mtu}, so they are its own (jumbo) frames, not GRO: \
+             raise ports.buffer_size to {} (--set ports.buffer_size={}), or lower the MTU to {}",
+            mtu + L2_OVERHEAD,
+            mtu + L2_OVERHEAD,
+            buf_size.saturating_sub(L2_OVERHEAD)
+        ),
+        Some(_) => gro,
+        None => format!(
+            "jumbo frames (raise ports.buffer_size to at least {longest}) or, beyond the MTU, {gro}"
+        ),
+    }
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct RxTally {
     packets: u64,
     bytes: u64,
     oversize: u64,
+    /// The longest frame dropped as oversize (its length on the wire, VLAN tag included).
+    longest_oversize: usize,
     no_buffer: u64,
     kernel_drops: u64,
     errors: u64,
@@ -645,6 +674,8 @@ impl PortRx for AfPacketRx {
             for (mut buf, r) in self.spare.drain(..got).zip(lens.iter()) {
                 if r.truncated {
                     self.tally.oversize += 1;
+                    let tag = if r.vlan.is_some() { 4 } else { 0 };
+                    self.tally.longest_oversize = self.tally.longest_oversize.max(r.len + tag);
                     continue;
                 }
                 let len = match r.vlan {
@@ -657,6 +688,8 @@ impl PortRx for AfPacketRx {
                                 // The frame fit only without its tag: forwarding it untagged
                                 // would move it to another VLAN.
                                 self.tally.oversize += 1;
+                                self.tally.longest_oversize =
+                                    self.tally.longest_oversize.max(r.len + 4);
                                 continue;
                             }
                         }
@@ -694,13 +727,16 @@ impl Drop for AfPacketRx {
         self.publish();
         let (t, iface, q) = (&self.tally, &self.iface, self.queue);
         if t.oversize > 0 {
+            let mtu = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+                .ok()
+                .and_then(|m| m.trim().parse().ok());
+            let why = oversize_hint(iface, self.pool.buf_size(), t.longest_oversize, mtu);
             crate::log_line!(
                 "warning: afpacket '{iface}' rx queue {q}: dropped {} frames longer than the \
-                 {}-byte buffers (GRO/GSO super-frames?); turn GRO off on '{iface}' \
-                 (ethtool -K {iface} gro off) and offloads off on the hosts sending into it \
-                 (ethtool -K DEV tx off tso off gso off gro off), or raise ports.buffer_size",
+                 {}-byte buffers (the longest {} bytes): {why}",
                 t.oversize,
-                self.pool.buf_size()
+                self.pool.buf_size(),
+                t.longest_oversize
             );
         }
         if t.kernel_drops > 0 {
@@ -821,6 +857,30 @@ impl Drop for AfPacketTx {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jumbo_frames_within_the_mtu_are_not_blamed_on_gro() {
+        // A 9000-byte MTU: 9018-byte frames are the interface's own.
+        let jumbo = oversize_hint("eth1", 2048, 9018, Some(9000));
+        assert!(
+            jumbo.contains("jumbo")
+                && jumbo.contains("not GRO")
+                && jumbo.contains("--set ports.buffer_size=9018")
+                && jumbo.contains("lower the MTU to 2030"),
+            "{jumbo}"
+        );
+        // A 1500-byte MTU: a 64 KiB frame can only be a GRO super-frame.
+        let gro = oversize_hint("eth1", 2048, 65_000, Some(1500));
+        assert!(
+            gro.starts_with("GRO/GSO super-frames") && gro.contains("gro off"),
+            "{gro}"
+        );
+        let unknown = oversize_hint("eth1", 2048, 9018, None);
+        assert!(
+            unknown.contains("at least 9018") && unknown.contains("GRO"),
+            "{unknown}"
+        );
+    }
 
     #[test]
     fn capability_check_names_what_the_effective_set_lacks() {

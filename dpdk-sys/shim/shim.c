@@ -1,4 +1,6 @@
 /* Out-of-line wrappers for DPDK's static inline functions and macros; see shim.h. */
+/* cpu_set_t, CPU_ISSET and rte_cpuset_t need the GNU extensions, before any header. */
+#define _GNU_SOURCE
 #include "shim.h"
 
 #include <rte_cycles.h>
@@ -43,3 +45,16 @@ uint64_t cw_rte_rdtsc(void) { return rte_rdtsc(); }
 int cw_rte_errno(void) { return rte_errno; }
 
 unsigned int cw_rte_lcore_id(void) { return rte_lcore_id(); }
+
+unsigned int cw_rte_lcore_cpus(unsigned int lcore_id, unsigned int *cpus, unsigned int max) {
+  rte_cpuset_t set = rte_lcore_cpuset(lcore_id);
+  unsigned int n = 0;
+  for (unsigned int c = 0; c < CPU_SETSIZE; c++) {
+    if (CPU_ISSET(c, &set)) {
+      if (n < max)
+        cpus[n] = c;
+      n++;
+    }
+  }
+  return n;
+}

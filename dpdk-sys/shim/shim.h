@@ -30,5 +30,8 @@ void cw_rte_prefetch0(const volatile void *p);
 uint64_t cw_rte_rdtsc(void);
 int cw_rte_errno(void);
 unsigned int cw_rte_lcore_id(void);
+/* Writes up to max CPU numbers of lcore_id's CPU set (rte_lcore_cpuset, a cpu_set_t that
+ * bindgen does not carry) into cpus, lowest first; returns how many CPUs the set has. */
+unsigned int cw_rte_lcore_cpus(unsigned int lcore_id, unsigned int *cpus, unsigned int max);
 
 #endif /* CW_SHIM_H */

@@ -621,6 +621,10 @@ fn run_dpdk(config: &Config) -> anyhow::Result<()> {
         crate::log_line!("engine.tx_select: \"{}\" in effect ({why})", pick.name());
         resolved.engine.tx_select = pick;
     }
+    // Workers run on EAL's worker lcores, pinned by the hook below; the engine's own
+    // pinning (engine.cores) is for software ports.
+    let cpus = dpdk_worker_cpus(&set.eal, ecfg)?;
+    resolved.engine.pin = false;
     let config = &resolved;
     let (r, t) = set.take_queues();
     let rx: Vec<Vec<Box<dyn PortRx<Buf = Mbuf>>>> = r
@@ -641,11 +645,18 @@ fn run_dpdk(config: &Config) -> anyhow::Result<()> {
         .collect();
     let forward = vec![Some(1), ports.bidirectional.then_some(0)];
     let hook_eal = set.eal.clone();
-    let hook: WorkerHook = Arc::new(move |_w| match hook_eal.register_thread() {
-        Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
-        Err(e) => {
-            crate::log_line!("warning: worker not registered as a DPDK lcore: {e}");
-            Box::new(())
+    let hook: WorkerHook = Arc::new(move |w| {
+        if let Some(cpu) = cpus.as_ref().and_then(|c| c.get(w)) {
+            if !core_affinity::set_for_current(core_affinity::CoreId { id: *cpu }) {
+                crate::log_line!("warning: worker {w} could not be pinned to CPU {cpu}");
+            }
+        }
+        match hook_eal.register_thread() {
+            Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
+            Err(e) => {
+                crate::log_line!("warning: worker not registered as a DPDK lcore: {e}");
+                Box::new(())
+            }
         }
     });
     // The queue halves are dropped inside `supervise` (with the engine), before `set`.
@@ -659,6 +670,36 @@ fn run_dpdk(config: &Config) -> anyhow::Result<()> {
     );
     drop(set);
     result
+}
+
+/// The CPU each worker of DPDK ports is pinned to: EAL's worker lcores in order
+/// ([`crate::port::lcores`]); logs the layout and what is wrong with it. `None` with
+/// `engine.pin = false`.
+#[cfg(feature = "dpdk")]
+fn dpdk_worker_cpus(
+    eal: &crate::port::dpdk::Eal,
+    ecfg: &EngineConfig,
+) -> anyhow::Result<Option<Vec<usize>>> {
+    use crate::port::lcores;
+    if !ecfg.cores.is_empty() {
+        crate::log_line!(
+            "warning: engine.cores {:?} is for software ports and is ignored here: DPDK workers run on EAL's worker lcores; choose them with -l/--lcores in ports.eal_args (--eal '-l 0-{}', the first is the main lcore)",
+            ecfg.cores,
+            ecfg.workers
+        );
+    }
+    if !ecfg.pin {
+        return Ok(None);
+    }
+    // Before any worker runs: a CPU busy now is busy with someone else's work.
+    let busy = lcores::busy_cpus(Duration::from_millis(200));
+    let plan = lcores::place(ecfg.workers, &eal.main_lcore(), &eal.worker_lcores(), &busy)
+        .map_err(anyhow::Error::msg)?;
+    crate::log_line!("{}", plan.summary);
+    for w in &plan.warnings {
+        crate::log_line!("warning: {w}");
+    }
+    Ok(Some(plan.workers.iter().map(|(_, cpu)| *cpu).collect()))
 }
 
 /// Runs the engine over `ports` and supervises it until it stops; prints the final report.

@@ -562,6 +562,66 @@ fn dpdk_null_ports_forward_through_cake_with_conservation() {
     assert!(stdout.contains(": ok"), "{stdout}");
 }
 
+/// Workers of DPDK ports run on EAL's worker lcores and the main lcore supervises; a layout
+/// that puts a worker on the supervisor's CPU is a warning with the fix (root, built with
+/// `--features dpdk`; run by `scripts/test dpdk`).
+#[cfg(feature = "dpdk")]
+#[test]
+#[ignore = "needs root and libdpdk; run with --include-ignored"]
+fn dpdk_workers_run_on_the_eal_worker_lcores_and_a_shared_core_is_a_warning() {
+    if !std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+    {
+        eprintln!("SKIP: not root");
+        return;
+    }
+    let two_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    let run = |lcores: &str| -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = format!("--file-prefix=cwlc{}", std::process::id());
+        let eal = format!(
+            "ports.eal_args=[\"--no-huge\",\"-m\",\"512\",\"--no-pci\",\"--vdev=net_null0\",\"--vdev=net_null1\",\"{prefix}\",{lcores}]"
+        );
+        // Pinned (the other tests here run unpinned): the placement is what is tested.
+        let out = Command::new(env!("CARGO_BIN_EXE_cakewalk"))
+            .args([
+                "run",
+                "--port-kind",
+                "dpdk",
+                "--iface",
+                "net_null0,net_null1",
+            ])
+            .args(["--duration", "1s", "--control", &s(&ctl_path(dir.path()))])
+            .args(["--set", &eal])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{lcores}: {stderr}");
+        stderr
+    };
+    if two_cpus {
+        let err = run("\"-l\",\"0-1\"");
+        assert!(
+            err.contains("main lcore 0 (CPU 0) supervises; worker 0 on lcore 1 (CPU 1)"),
+            "{err}"
+        );
+        assert!(!err.contains("shares"), "{err}");
+    }
+    let err = run("\"-l\",\"0\"");
+    assert!(
+        err.contains("gives no worker lcore") && err.contains("--eal '-l 0,N'"),
+        "{err}"
+    );
+    let err = run("\"--lcores\",\"0@0,1@0\"");
+    assert!(
+        err.contains("worker 0 on lcore 1 (CPU 0)")
+            && err.contains("worker 0 (lcore 1) shares CPU 0 with the main lcore 0"),
+        "{err}"
+    );
+}
+
 #[test]
 fn before_the_first_report_ctl_stats_says_when_it_comes() {
     // The JSON form used to be a bare `{}`, which a dashboard read as a report of nothing.

@@ -140,7 +140,9 @@ pub struct EngineConfig {
     pub drain_timeout: String,
     /// Stop by itself after this long ("10s"; "0" runs until interrupted).
     pub duration: String,
-    /// Cores to pin workers to, in order; empty picks the last cores of the machine.
+    /// Cores to pin workers to, in order; empty picks the last cores of the machine. For
+    /// software ports only: DPDK ports' workers run on EAL's worker lcores
+    /// ([`crate::port::lcores`]).
     pub cores: Vec<usize>,
     /// Pin workers to cores at all.
     pub pin: bool,

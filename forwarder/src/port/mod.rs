@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 pub mod afpacket;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod lcores;
 pub mod pcap;
 pub mod pool;
 pub mod stall;

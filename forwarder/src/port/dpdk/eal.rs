@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::error::{rte_errno, strerror, DpdkError, PortError};
+use crate::port::lcores::Lcore;
 
 static EAL_STARTED: AtomicBool = AtomicBool::new(false);
 
@@ -116,6 +117,31 @@ impl Eal {
         unsafe { dpdk_sys::cw_rte_lcore_id() }
     }
 
+    /// The main lcore (the thread that called `rte_eal_init`: cakewalk's supervisor).
+    pub fn main_lcore(&self) -> Lcore {
+        // SAFETY: reads EAL configuration, valid after init (self proves it).
+        let id = unsafe { dpdk_sys::rte_get_main_lcore() };
+        lcore_with_cpus(id)
+    }
+
+    /// The worker lcores of `-l`/`--lcores` (every lcore but the main one), in lcore order:
+    /// where cakewalk's workers run, as testpmd's forwarding lcores do.
+    pub fn worker_lcores(&self) -> Vec<Lcore> {
+        let mut out = Vec::new();
+        // rte_get_next_lcore(-1 as unsigned, ...) starts the walk at lcore 0.
+        let mut i = u32::MAX;
+        loop {
+            // SAFETY: walks the EAL's lcore table, valid after init; returns RTE_MAX_LCORE
+            // once no enabled lcore follows `i`.
+            i = unsafe { dpdk_sys::rte_get_next_lcore(i, 1, 0) };
+            if i >= dpdk_sys::RTE_MAX_LCORE {
+                break;
+            }
+            out.push(lcore_with_cpus(i));
+        }
+        out
+    }
+
     /// Names of all ethdev ports DPDK knows about, in port-id order.
     pub fn port_names(&self) -> Vec<(u16, String)> {
         let mut out = Vec::new();
@@ -143,6 +169,21 @@ impl Drop for EalInner {
             // been released, and no pool was leaked with mbufs still out.
             unsafe { dpdk_sys::rte_eal_cleanup() };
         }
+    }
+}
+
+/// Lcore `id` with its CPU set.
+fn lcore_with_cpus(id: u32) -> Lcore {
+    let mut cpus = [0u32; 64];
+    // SAFETY: the shim writes at most `cpus.len()` entries into the array it is given and
+    // reads EAL configuration, valid after init.
+    let n = unsafe { dpdk_sys::cw_rte_lcore_cpus(id, cpus.as_mut_ptr(), cpus.len() as u32) };
+    Lcore {
+        id,
+        cpus: cpus[..(n as usize).min(cpus.len())]
+            .iter()
+            .map(|c| *c as usize)
+            .collect(),
     }
 }
 

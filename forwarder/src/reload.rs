@@ -196,6 +196,9 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
     if p.eal_args != q.eal_args {
         v.push("ports.eal_args".into());
     }
+    if p.eal_args != q.eal_args {
+        v.push("ports.eal_args".into());
+    }
     if old.shaper.queue != new.shaper.queue {
         v.push("shaper.queue".into());
     }
@@ -446,6 +449,22 @@ mod tests {
                 "ports.b.iface".to_string(),
                 "shaper.sync_policy".to_string()
             ]
+        );
+    }
+
+    #[test]
+    fn a_changed_eal_argument_needs_a_restart_and_is_named() {
+        // Found by the config_reload fuzz target: the EAL arguments were the one port
+        // setting a reload changed without naming it.
+        let dpdk = |eal: &str| {
+            cfg(&format!(
+                "[ports]\neal_args = [{eal}]\n[ports.a]\nkind = \"dpdk\"\niface = \"0000:01:00.0\"\n\
+                 [ports.b]\nkind = \"dpdk\"\niface = \"0000:01:00.1\"\n"
+            ))
+        };
+        assert_eq!(
+            restart_keys(&dpdk("\"-l\", \"1-2\""), &dpdk("\"-l\", \"1-3\"")),
+            vec!["ports.eal_args".to_string()]
         );
     }
 

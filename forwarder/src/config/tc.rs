@@ -151,7 +151,10 @@ pub fn convert(input: &str) -> Result<Conversion, TcError> {
     let mut toml = String::new();
     if let Some(dev) = cmd.dev {
         // cakewalk shapes what it transmits on a port; tc's root cake on `dev` shaped what
-        // left `dev`. Forwarding A -> B, the uplink's egress is port B's.
+        // left `dev`. Forwarding A -> B, the uplink's egress is port B's. The name goes into
+        // a TOML comment, where a control character would make the whole output unreadable
+        // as TOML: it is written escaped (quotes too, as the suggested iface = "..." needs).
+        let dev = dev.escape_debug();
         let _ = writeln!(
             toml,
             "# dev {dev}: tc shaped what leaves {dev}; in cakewalk that is the egress of the port whose\n\
@@ -331,6 +334,17 @@ mod tests {
         }
         let e = to_toml("tc qdisc add dev eth0 root fq_codel").unwrap_err();
         assert!(e.to_string().contains("'fq_codel'"));
+    }
+
+    #[test]
+    fn a_device_name_with_control_characters_still_gives_toml_that_loads() {
+        // Found by the tc_options fuzz target: the name went raw into a comment, and a
+        // control character there made the output unreadable as TOML.
+        let toml = to_toml("tc qdisc add dev e\u{1}t\"h root cake bandwidth 10mbit").unwrap();
+        assert!(toml.contains("# dev e\\u{1}t\\\"h:"), "{toml}");
+        let c =
+            crate::config::Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("{toml}\n{e}"));
+        assert_eq!(c.shaper.cake.rate.bits_per_sec(), 10_000_000);
     }
 
     #[test]

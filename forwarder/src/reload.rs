@@ -196,9 +196,6 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
     if p.eal_args != q.eal_args {
         v.push("ports.eal_args".into());
     }
-    if p.eal_args != q.eal_args {
-        v.push("ports.eal_args".into());
-    }
     if old.shaper.queue != new.shaper.queue {
         v.push("shaper.queue".into());
     }

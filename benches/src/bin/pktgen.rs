@@ -288,7 +288,9 @@ impl Bench {
         let mut measure = |stop: &AtomicBool| {
             let mut c = Counts::default();
             let t0 = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
+            // At least one burst per window, so that a thread the scheduler starts late still
+            // measures something.
+            loop {
                 // The queue rows read the clock once per burst; so does this one.
                 black_box(t0.elapsed().as_nanos() as u64);
                 gen.fill(&self.metas, self.burst, &mut rx);
@@ -298,6 +300,9 @@ impl Bench {
                     tx.push(f);
                 }
                 c.transmitted += transmit(&mut tx);
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
             }
             c.window = t0.elapsed();
             c
@@ -321,7 +326,8 @@ impl Bench {
         let mut measure = |stop: &AtomicBool, out: &mut Vec<Frame>| {
             let mut c = Counts::default();
             let t0 = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
+            // At least one burst per window (see `bare`).
+            loop {
                 let now = t0.elapsed().as_nanos() as u64;
                 gen.fill(&self.metas, self.burst, &mut rx);
                 c.generated += self.burst as u64;
@@ -339,6 +345,9 @@ impl Bench {
                     q.run(now, self.burst * 2, out, |o| c.transmitted += transmit(o));
                 }
                 c.last_now_ns = now;
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
             }
             c.window = t0.elapsed();
             c

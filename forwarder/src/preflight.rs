@@ -310,12 +310,10 @@ fn sysfs_link_facts(root: &Path, iface: &str) -> Option<LinkFacts> {
 
 /// The interfaces there are, for a "not found" message.
 fn known_links(opts: &Options) -> String {
-    let dir = match opts.links {
-        // This namespace's sysfs, when the process mounted it; `ip link` is the authority.
-        Links::Kernel => PathBuf::from("/sys/class/net"),
-        Links::Sysfs => opts.root.join("sys/class/net"),
+    let names = match opts.links {
+        Links::Kernel => afpacket::interface_names().unwrap_or_default(),
+        Links::Sysfs => list_dir(&opts.root.join("sys/class/net")),
     };
-    let names = list_dir(&dir);
     if names.is_empty() {
         "none found".into()
     } else {

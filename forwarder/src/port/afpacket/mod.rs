@@ -511,6 +511,14 @@ pub fn link_facts(iface: &str) -> io::Result<Option<LinkFacts>> {
     }))
 }
 
+/// The names of the interfaces in this process's network namespace, sorted.
+///
+/// # Errors
+/// When the kernel cannot be asked.
+pub fn interface_names() -> io::Result<Vec<String>> {
+    sys::if_names()
+}
+
 /// Returns the capabilities from `needed` that the effective set in `status` (the text of
 /// `/proc/self/status`) lacks, by name. Unreadable input counts as lacking all of them.
 pub fn missing_capabilities(status: &str) -> Vec<&'static str> {
@@ -904,6 +912,7 @@ mod tests {
         assert!(lo.index >= 1 && lo.mtu >= 1280, "{lo:?}");
         assert_eq!(link_facts("cw-no-such0").unwrap(), None);
         assert_eq!(link_facts("a-name-longer-than-ifnamsiz").unwrap(), None);
+        assert!(interface_names().unwrap().contains(&"lo".to_string()));
     }
 
     #[test]

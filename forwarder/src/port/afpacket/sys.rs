@@ -168,6 +168,35 @@ pub(crate) fn ethtool_driver(name: &str) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&info.driver[..end]).into_owned())
 }
 
+/// The names of every interface in this network namespace (`if_nameindex`, which asks the
+/// kernel over netlink: unlike a listing of /sys/class/net, it answers for the caller's
+/// namespace whoever mounted /sys).
+pub(crate) fn if_names() -> io::Result<Vec<String>> {
+    // SAFETY: no arguments; the result is a heap array the C library owns until freed below.
+    let list = unsafe { libc::if_nameindex() };
+    if list.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let mut names = Vec::new();
+    let mut i = 0;
+    loop {
+        // SAFETY: the array ends with an entry whose index is 0 and name null; every entry
+        // before it is valid, and `i` never passes that end.
+        let entry = unsafe { &*list.add(i) };
+        if entry.if_index == 0 || entry.if_name.is_null() {
+            break;
+        }
+        // SAFETY: a non-null `if_name` is a NUL-terminated string inside the array.
+        let name = unsafe { std::ffi::CStr::from_ptr(entry.if_name) };
+        names.push(name.to_string_lossy().into_owned());
+        i += 1;
+    }
+    // SAFETY: `list` came from if_nameindex and is freed once; nothing borrows it any more.
+    unsafe { libc::if_freenameindex(list) };
+    names.sort();
+    Ok(names)
+}
+
 /// What [`PacketSocket::recv_batch`] learned about one frame.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Received {

@@ -260,6 +260,8 @@ struct SyncState {
     published_bytes: u64,
     /// Backlog bytes as of the last publish.
     published_backlog: u64,
+    /// When the counters were last published.
+    counters_published_ns: u64,
     /// Delivered bytes and elapsed time, each decayed over `SPARSE_HORIZON_NS`: their ratio
     /// is the queue's long-run rate.
     average_bytes: u64,
@@ -306,6 +308,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                     now_ns: 0,
                     published_bytes: 0,
                     published_backlog: 0,
+                    counters_published_ns: 0,
                     average_bytes: 0,
                     average_ns: 0,
                     recent_bytes: 0,
@@ -655,6 +658,14 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             self.publish(r, now_ns);
         } else {
             self.publish_backlog(r);
+            if now_ns.saturating_sub(r.sync.counters_published_ns) >= interval {
+                // While the shaper waits (a low rate, or a long wait still to come) the
+                // engine skips this queue's runs, so nothing else publishes what bursts did
+                // to it: drops would show only once the wait is over. At most once per sync
+                // interval, so a busy queue pays nothing per burst.
+                self.publish_counters(r);
+                r.sync.counters_published_ns = now_ns;
+            }
             if bypassed > 0 {
                 // The caller may skip its run (see `run_wanted`): publish what a run would
                 // have, the delivery time included, which siblings' syncs read to count
@@ -1002,6 +1013,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         self.note_delivery(r, now_ns);
         self.publish_backlog(r);
         self.publish_counters(r);
+        r.sync.counters_published_ns = now_ns;
     }
 
     /// The counters part of [`TxQueue::publish`].
@@ -1221,6 +1233,52 @@ mod tests {
             } => assert!(t > 1_000),
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn drops_while_the_shaper_waits_are_published_without_a_run() {
+        // At 2 kbit/s one 1000-byte packet takes 4 s: the engine runs this queue again only
+        // then, and the bursts offered meanwhile overflow the 10-packet limit.
+        let config = CakeConfig {
+            rate: Rate::from_bits_per_sec(2_000),
+            packet_limit: 10,
+            ..CakeConfig::default()
+        };
+        let q = TxQueue::new(
+            Cake::new(&config).unwrap(),
+            TxQueueOptions {
+                bypass: false,
+                ..TxQueueOptions::default()
+            },
+        );
+        let mut metas = vec![udp_meta(1, 2, 1, 0); 32];
+        let mut out = Vec::new();
+        let mut pkts = vec![TestPacket::new(1000, 1, 0), TestPacket::new(1000, 1, 1)];
+        q.enqueue_burst_into(0, &mut pkts, &mut metas, |_, _| {}, &mut out);
+        let next = match q.run(0, 8, &mut out, |o| o.clear()) {
+            RunResult::Ran {
+                next: NextRun::At(t),
+                ..
+            } => t,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert!(
+            next > 1_000_000_000,
+            "the next send is seconds away: {next}"
+        );
+        let drops = |q: &TxQueue<TestPacket, Cake<TestPacket>>| -> u64 {
+            q.stats().qdisc_drops.iter().sum()
+        };
+        for (i, ms) in (1..=20u64).enumerate() {
+            let mut pkts: Vec<TestPacket> = (0..32)
+                .map(|s| TestPacket::new(1000, 1, 100 * i as u64 + s))
+                .collect();
+            q.enqueue_burst_into(ms * 1_000_000, &mut pkts, &mut metas, |_, _| {}, &mut out);
+        }
+        // 640 more offered, at most 10 held: the rest were dropped, and the counters say so
+        // although no run has happened since.
+        assert!(drops(&q) >= 600, "drops published: {}", drops(&q));
+        assert!(q.stats().enqueued >= 640, "{:?}", q.stats());
     }
 
     #[test]

@@ -180,9 +180,11 @@ pub(crate) fn if_names() -> io::Result<Vec<String>> {
     let mut names = Vec::new();
     let mut i = 0;
     loop {
-        // SAFETY: the array ends with an entry whose index is 0 and name null; every entry
-        // before it is valid, and `i` never passes that end.
-        let entry = unsafe { &*list.add(i) };
+        // SAFETY: the array ends with an entry whose index is 0 and name null, and `i` never
+        // passes that end, so the offset stays inside the array.
+        let at = unsafe { list.add(i) };
+        // SAFETY: `at` points at an initialised entry of the array, valid until it is freed.
+        let entry = unsafe { &*at };
         if entry.if_index == 0 || entry.if_name.is_null() {
             break;
         }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use qdisc::cake::CakeConfig;
+use qdisc::cake::{Cake, CakeConfig};
 use qdisc::fifo::{Fifo, FifoConfig};
 use qdisc::mq::{MqQdisc, MultiQueue, SyncConfig, TxQueue, TxQueueOptions};
 use qdisc::{PacketMeta, Rate};
@@ -24,7 +24,7 @@ use crate::config::{Config, QueueKind};
 use crate::control::{self, ControlState, LiveTarget};
 use crate::counters::synth::SynthStats;
 use crate::counters::TinSnapshot;
-use crate::engine::shaper::{CakeQueue, TinReport};
+use crate::engine::shaper::TinReport;
 use crate::engine::{self, EngineConfig, EnginePorts, Shaper, WorkerHook};
 use crate::port::pcap::{PcapCounters, PcapFrames, PcapRx, PcapSink, PcapTx};
 use crate::port::pool::{Pool, PoolBuf};
@@ -160,7 +160,7 @@ where
     }
 }
 
-impl<P: PortBuf> LiveTarget for PortQueues<P, CakeQueue<P>> {
+impl<P: PortBuf> LiveTarget for PortQueues<P, Cake<P>> {
     fn set_rate(&self, rate: Rate) {
         self.mq.set_rate(rate);
     }
@@ -231,7 +231,7 @@ pub fn build_queues<P: PortBuf>(
     for _ in 0..ports {
         match choice {
             QueueChoice::Cake(cfg) => {
-                let mq: MultiQueue<P, CakeQueue<P>> = MultiQueue::from_config(queues, options, cfg)
+                let mq: MultiQueue<P, Cake<P>> = MultiQueue::from_config(queues, options, cfg)
                     .context("building the CAKE queues")?;
                 let mq = Arc::new(mq);
                 for i in 0..queues {

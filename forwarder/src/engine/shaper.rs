@@ -7,9 +7,9 @@
 //! dequeued packets to `transmit` while it holds the queue. Drops are counted by the queue
 //! itself ([`TxQueueStats`]) so conservation can be checked against the engine's own counts.
 
-use qdisc::cake::{Cake, CakeConfig};
+use qdisc::cake::Cake;
 use qdisc::mq::{BurstOutcome, Intake, MqQdisc, NextRun, RunResult, TxQueue, TxQueueStats};
-use qdisc::{BurstBypass, Packet, PacketMeta, Qdisc, Rate};
+use qdisc::{Packet, PacketMeta, Rate};
 
 use crate::counters::{SojournBuckets, TinSnapshot};
 
@@ -23,79 +23,10 @@ pub trait TinReport {
 
 impl<P> TinReport for qdisc::fifo::Fifo<P> {}
 
-/// CAKE as one queue of a [`qdisc::mq::MultiQueue`]: a thin wrapper that delegates every
-/// call to [`Cake`] and adds the multi-queue construction and stats hooks.
-pub struct CakeQueue<P>(pub Cake<P>);
-
-impl<P: Packet> Qdisc<P> for CakeQueue<P> {
-    const BYPASS_READS_META: bool = <Cake<P> as Qdisc<P>>::BYPASS_READS_META;
-
-    #[inline]
-    fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> qdisc::Enqueued {
-        self.0.enqueue(now_ns, pkt, meta)
-    }
-    #[inline]
-    fn dequeue(&mut self, now_ns: u64) -> qdisc::Dequeue<P> {
-        self.0.dequeue(now_ns)
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn backlog_bytes(&self) -> u64 {
-        self.0.backlog_bytes()
-    }
-    #[inline]
-    fn try_bypass(&mut self, now_ns: u64, pkt: &P, meta: &PacketMeta) -> bool {
-        self.0.try_bypass(now_ns, pkt, meta)
-    }
-    #[inline]
-    fn bypass_burst<'m, I, F>(&mut self, now_ns: u64, pkts: &mut I, sent: F) -> BurstBypass<'m, P>
-    where
-        I: Iterator<Item = (P, &'m PacketMeta)>,
-        F: FnMut(P),
-    {
-        self.0.bypass_burst(now_ns, pkts, sent)
-    }
-    fn set_rate(&mut self, rate: Rate) {
-        self.0.set_rate(rate);
-    }
-    fn rate(&self) -> Rate {
-        self.0.rate()
-    }
-    fn next_wakeup(&self) -> Option<u64> {
-        self.0.next_wakeup()
-    }
-}
-
-impl<P: Packet + Send> MqQdisc<P> for CakeQueue<P> {
-    type Config = CakeConfig;
-    type Error = qdisc::cake::ConfigError;
-
-    fn build(config: &CakeConfig) -> Result<Self, Self::Error> {
-        Cake::new(config).map(CakeQueue)
-    }
-
-    fn validate(config: &CakeConfig) -> Result<(), Self::Error> {
-        config.validate()
-    }
-
-    fn reconfigure(&mut self, config: &CakeConfig) -> Result<(), Self::Error> {
-        self.0.reconfigure(config)
-    }
-
-    fn config_rate(config: &CakeConfig) -> Rate {
-        config.rate
-    }
-
-    fn is_rate_only_change(old: &CakeConfig, new: &CakeConfig) -> bool {
-        <Cake<P> as MqQdisc<P>>::is_rate_only_change(old, new)
-    }
-}
-
-impl<P: Packet> TinReport for CakeQueue<P> {
+impl<P: Packet> TinReport for Cake<P> {
     fn tin_snapshots(&self) -> Vec<TinSnapshot> {
-        let names = self.0.tin_names();
-        let stats = self.0.stats();
+        let names = self.tin_names();
+        let stats = self.stats();
         stats
             .active_tins()
             .iter()

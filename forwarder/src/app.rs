@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use qdisc::cake::{Cake, CakeConfig};
 use qdisc::fifo::{Fifo, FifoConfig};
-use qdisc::mq::{MqQdisc, MultiQueue, SyncConfig, TxQueue, TxQueueOptions};
+use qdisc::mq::{MqQdisc, MultiQueue, Offerer, SyncConfig, TxQueue, TxQueueOptions};
 use qdisc::{PacketMeta, Rate};
 use serde::de::DeserializeOwned;
 
@@ -102,19 +102,17 @@ where
         metas: &mut [PacketMeta],
         classify: &mut dyn FnMut(&P, &mut PacketMeta),
         out: &mut Vec<P>,
+        offerer: Offerer,
     ) -> qdisc::mq::BurstOutcome {
-        Shaper::offer_burst(self.mq.queue(self.i), now_ns, pkts, metas, classify, out)
-    }
-    #[inline]
-    fn offer_burst_as_peer(
-        &self,
-        now_ns: u64,
-        pkts: &mut Vec<P>,
-        metas: &mut [PacketMeta],
-        classify: &mut dyn FnMut(&P, &mut PacketMeta),
-        out: &mut Vec<P>,
-    ) -> qdisc::mq::BurstOutcome {
-        Shaper::offer_burst_as_peer(self.mq.queue(self.i), now_ns, pkts, metas, classify, out)
+        Shaper::offer_burst(
+            self.mq.queue(self.i),
+            now_ns,
+            pkts,
+            metas,
+            classify,
+            out,
+            offerer,
+        )
     }
     #[inline]
     fn peer_offer_would_drop(&self) -> bool {

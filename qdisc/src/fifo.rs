@@ -18,9 +18,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{
-    BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, PrefixBypass, Qdisc, Rate,
-};
+use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
 
 /// Number of bands.
 pub const BANDS: usize = 3;
@@ -149,55 +147,15 @@ impl<P: Packet> Qdisc<P> for Fifo<P> {
         self.backlog_bytes
     }
 
-    fn try_bypass(&mut self, _now_ns: u64, _pkt: &P, _meta: &PacketMeta) -> bool {
-        if self.len != 0 {
-            return false;
-        }
-        self.stats.bypassed += 1;
-        true
-    }
-
     /// An empty FIFO lets the whole burst through (it never shapes): one check and one
-    /// counter update per burst.
+    /// counter update per burst. The metas are not read.
     #[inline]
-    fn bypass_burst<'m, I, F>(
-        &mut self,
-        _now_ns: u64,
-        pkts: &mut I,
-        mut sent: F,
-    ) -> BurstBypass<'m, P>
-    where
-        I: Iterator<Item = (P, &'m PacketMeta)>,
-        F: FnMut(P),
-    {
+    fn bypass_burst(&mut self, _now_ns: u64, pkts: &[P], _metas: &[PacketMeta]) -> BurstBypass {
         if self.len != 0 {
-            return BurstBypass {
-                first_queued: pkts.next(),
-                ..BurstBypass::default()
-            };
-        }
-        let (mut packets, mut bytes) = (0, 0);
-        for (pkt, _) in pkts.by_ref() {
-            packets += 1;
-            bytes += pkt.len() as u64;
-            sent(pkt);
-        }
-        self.stats.bypassed += packets;
-        BurstBypass {
-            packets,
-            bytes,
-            first_queued: None,
-        }
-    }
-
-    /// All or nothing, as [`Qdisc::bypass_burst`]: one check and one counter update per burst.
-    #[inline]
-    fn bypass_unclassified(&mut self, _now_ns: u64, pkts: &[P]) -> PrefixBypass {
-        if self.len != 0 {
-            return PrefixBypass::default();
+            return BurstBypass::default();
         }
         self.stats.bypassed += pkts.len() as u64;
-        PrefixBypass {
+        BurstBypass {
             packets: pkts.len(),
             bytes: pkts.iter().map(|p| p.len() as u64).sum(),
         }
@@ -290,39 +248,22 @@ mod tests {
 
     #[test]
     fn a_burst_bypasses_whole_into_an_empty_fifo_and_not_at_all_into_a_busy_one() {
-        let mut f = Fifo::new(4);
-        let meta = udp_meta(1, 2, 1, 0);
-        let mut burst = (0..5).map(|i| (TestPacket::new(60, 1, i), &meta));
-        let mut sent = Vec::new();
-        let done = f.bypass_burst(0, &mut burst, |p| sent.push(p.seq));
-        assert!(done.first_queued.is_none());
-        assert_eq!((done.packets, done.bytes), (5, 300));
-        assert_eq!(sent, [0, 1, 2, 3, 4]);
-        assert_eq!(f.stats().bypassed, 5);
-        f.enqueue(0, TestPacket::new(60, 1, 5), &meta);
-        let mut burst = (6..8).map(|i| (TestPacket::new(60, 1, i), &meta));
-        let first = f.bypass_burst(0, &mut burst, |_| panic!("bypassed into a busy FIFO"));
-        assert_eq!(first.first_queued.map(|(p, _)| p.seq), Some(6));
-        assert_eq!(first.packets, 0);
-        assert_eq!(burst.count(), 1);
-    }
-
-    #[test]
-    fn an_unclassified_burst_bypasses_whole_into_an_empty_fifo_and_not_at_all_into_a_busy_one() {
+        // The metas are never read: a burst may bypass unclassified.
         const { assert!(!<Fifo<TestPacket> as Qdisc<TestPacket>>::BYPASS_READS_META) };
         let mut f = Fifo::new(4);
         let burst: Vec<TestPacket> = (0..5).map(|i| TestPacket::new(60, 1, i)).collect();
-        let done = f.bypass_unclassified(0, &burst);
+        let blank = [PacketMeta::default(); 5];
+        let done = f.bypass_burst(0, &burst, &blank);
         assert_eq!(
             done,
-            PrefixBypass {
+            BurstBypass {
                 packets: 5,
                 bytes: 300
             }
         );
         assert_eq!(f.stats().bypassed, 5);
         f.enqueue(0, TestPacket::new(60, 1, 5), &udp_meta(1, 2, 1, 0));
-        assert_eq!(f.bypass_unclassified(0, &burst), PrefixBypass::default());
+        assert_eq!(f.bypass_burst(0, &burst, &blank), BurstBypass::default());
         assert_eq!(f.stats().bypassed, 5);
     }
 

@@ -141,31 +141,10 @@ impl Enqueued {
     }
 }
 
-/// What [`Qdisc::bypass_burst`] did with the front of a burst.
-#[derive(Debug)]
-pub struct BurstBypass<'m, P> {
-    /// Packets bypassed (handed to `sent`).
-    pub packets: u64,
-    /// Their bytes ([`Packet::len`]).
-    pub bytes: u64,
-    /// The first packet that could not bypass, for the caller to enqueue before the rest.
-    pub first_queued: Option<(P, &'m PacketMeta)>,
-}
-
-impl<P> Default for BurstBypass<'_, P> {
-    fn default() -> Self {
-        BurstBypass {
-            packets: 0,
-            bytes: 0,
-            first_queued: None,
-        }
-    }
-}
-
-/// What [`Qdisc::bypass_unclassified`] let through: the first `packets` packets of the slice.
+/// What [`Qdisc::bypass_burst`] let through: the first `packets` packets of the burst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PrefixBypass {
-    /// Packets bypassed, from the front of the slice.
+pub struct BurstBypass {
+    /// Packets bypassed, from the front of the burst.
     pub packets: usize,
     /// Their bytes ([`Packet::len`]).
     pub bytes: u64,
@@ -173,32 +152,11 @@ pub struct PrefixBypass {
 
 /// What every queueing discipline in this crate offers to [`mq::TxQueue`] and the engine.
 pub trait Qdisc<P: Packet> {
-    /// Whether the bypass ([`Qdisc::try_bypass`], [`Qdisc::bypass_burst`]) reads the
-    /// [`PacketMeta`]. CAKE does (the tin and its statistics); the FIFO does not (it bypasses
-    /// whenever it is empty), so a caller may leave a packet that bypasses it unclassified,
-    /// as Linux never classifies a packet that bypasses an empty pfifo_fast
-    /// (`TCQ_F_CAN_BYPASS`), and offer the burst through [`Qdisc::bypass_unclassified`].
+    /// Whether the bypass ([`Qdisc::bypass_burst`]) reads the [`PacketMeta`]. CAKE does
+    /// (the tin and its statistics); the FIFO does not (it bypasses whenever it is empty), so
+    /// a caller may leave the metas of a burst that bypasses it unwritten, as Linux never
+    /// classifies a packet that bypasses an empty pfifo_fast (`TCQ_F_CAN_BYPASS`).
     const BYPASS_READS_META: bool = true;
-
-    /// The bypass for the front of a burst whose packets are not classified yet, for a
-    /// discipline whose bypass reads no meta ([`Qdisc::BYPASS_READS_META`] false): charges
-    /// the longest prefix of `pkts` that [`Qdisc::try_bypass`] would let through, exactly as
-    /// [`Qdisc::bypass_burst`] would, but leaves the packets where they are; the caller
-    /// transmits `pkts[..packets]` and enqueues the rest. The default calls `try_bypass`
-    /// packet by packet with a blank meta, which is only right when the meta is not read;
-    /// a discipline overrides it to decide once per burst.
-    fn bypass_unclassified(&mut self, now_ns: u64, pkts: &[P]) -> PrefixBypass {
-        let blank = PacketMeta::default();
-        let mut done = PrefixBypass::default();
-        for pkt in pkts {
-            if !self.try_bypass(now_ns, pkt, &blank) {
-                break;
-            }
-            done.packets += 1;
-            done.bytes += pkt.len() as u64;
-        }
-        done
-    }
 
     /// Queues `pkt`. Never fails; drops it causes are reported in the result.
     fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Enqueued;
@@ -217,41 +175,26 @@ pub trait Qdisc<P: Packet> {
     /// Bytes (wire length) queued.
     fn backlog_bytes(&self) -> u64;
 
-    /// The enqueue-bypass test (Linux `TCQ_F_CAN_BYPASS`): when nothing is queued and the shaper
-    /// has credit at `now_ns`, charges `pkt` to the shaper and statistics as if it had been
-    /// enqueued and dequeued at once, and returns true. Otherwise changes nothing and returns
-    /// false, and the caller enqueues normally.
-    fn try_bypass(&mut self, now_ns: u64, pkt: &P, meta: &PacketMeta) -> bool;
+    /// The enqueue bypass (Linux `TCQ_F_CAN_BYPASS`) for the front of a burst: while nothing
+    /// is queued and the shaper has credit at `now_ns`, charges packets to the shaper and
+    /// statistics as if each had been enqueued and dequeued at once, and returns how many
+    /// from the front of `pkts` it let through. The packets stay where they are: the caller
+    /// transmits `pkts[..packets]` and enqueues the rest, in order. `metas[i]` is the meta of
+    /// `pkts[i]`; a discipline whose [`Qdisc::BYPASS_READS_META`] is false does not read
+    /// them. A discipline does its per-burst bookkeeping (clock, shaper gate, statistics)
+    /// once per burst, not per packet.
+    fn bypass_burst(&mut self, now_ns: u64, pkts: &[P], metas: &[PacketMeta]) -> BurstBypass;
 
-    /// The bypass for the front of a burst: takes packets from `pkts` while
-    /// [`Qdisc::try_bypass`] would let them through and hands each to `sent`; stops at the
-    /// first one it cannot bypass and returns it in [`BurstBypass::first_queued`] (the caller
-    /// enqueues it, then the rest, in order). Same effect as calling `try_bypass` packet by
-    /// packet, which is what the default does; a discipline overrides it to do its per-burst
-    /// bookkeeping (clock, shaper gate, statistics) once per burst instead of per packet.
-    /// The counts come back in the result so that `sent` need not keep any.
-    fn bypass_burst<'m, I, F>(
-        &mut self,
-        now_ns: u64,
-        pkts: &mut I,
-        mut sent: F,
-    ) -> BurstBypass<'m, P>
-    where
-        Self: Sized,
-        I: Iterator<Item = (P, &'m PacketMeta)>,
-        F: FnMut(P),
-    {
-        let mut done = BurstBypass::default();
-        for (pkt, meta) in pkts.by_ref() {
-            if !self.try_bypass(now_ns, &pkt, meta) {
-                done.first_queued = Some((pkt, meta));
-                break;
-            }
-            done.packets += 1;
-            done.bytes += pkt.len() as u64;
-            sent(pkt);
-        }
-        done
+    /// [`Qdisc::bypass_burst`] for one packet: true when `pkt` was let through (charged as
+    /// enqueued and dequeued at once), false when nothing changed and the caller enqueues it.
+    #[inline]
+    fn try_bypass(&mut self, now_ns: u64, pkt: &P, meta: &PacketMeta) -> bool {
+        let one = self.bypass_burst(
+            now_ns,
+            std::slice::from_ref(pkt),
+            std::slice::from_ref(meta),
+        );
+        one.packets == 1
     }
 
     /// Rate-only update: a pure parameter write (no purge, no cursor move, no table walk).

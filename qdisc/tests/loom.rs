@@ -16,7 +16,7 @@
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use qdisc::fifo::Fifo;
-use qdisc::mq::{Intake, RunResult, TxQueue, TxQueueOptions};
+use qdisc::mq::{Intake, Offerer, RunResult, TxQueue, TxQueueOptions};
 use qdisc::{DropReason, Packet, PacketMeta};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,17 +72,20 @@ fn produce(q: &Queue, wire: &Wire, producer: u32, count: u32) -> u32 {
 
 /// One producer offering its `count` packets as one burst, then running only when told to.
 fn produce_burst(q: &Queue, wire: &Wire, producer: u32, count: u32) -> u32 {
-    let meta = PacketMeta::default();
-    let mut dropped = 0;
-    let burst = (0..count).map(|seq| (Pkt { producer, seq }, &meta));
-    let outcome = q.enqueue_burst(0, burst, |result| match result {
-        Intake::Bypass(p) => wire.lock().unwrap().push(p),
-        Intake::Queued => {}
-        Intake::Dropped(reason, _) => {
-            assert_eq!(reason, DropReason::IntakeFull);
-            dropped += 1;
-        }
-    });
+    let mut burst: Vec<Pkt> = (0..count).map(|seq| Pkt { producer, seq }).collect();
+    let mut metas = vec![PacketMeta::default(); burst.len()];
+    let mut bypassed = Vec::new();
+    let outcome = q.enqueue_burst(
+        0,
+        &mut burst,
+        &mut metas,
+        |_, _| {},
+        &mut bypassed,
+        Offerer::Runner,
+    );
+    wire.lock().unwrap().append(&mut bypassed);
+    // What the burst could not put anywhere was dropped at the full intake.
+    let dropped = outcome.dropped as u32;
     if outcome.run_needed {
         let mut out = Vec::new();
         q.run(0, 64, &mut out, |sent| wire.lock().unwrap().append(sent));

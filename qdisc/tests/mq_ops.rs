@@ -13,7 +13,7 @@
 
 use proptest::prelude::*;
 use qdisc::cake::{AckFilterMode, Cake, CakeConfig, DiffservMode};
-use qdisc::mq::{BurstOutcome, Intake, TxQueue, TxQueueOptions};
+use qdisc::mq::{Intake, Offerer, TxQueue, TxQueueOptions};
 use qdisc::testing::{udp_meta, TestPacket};
 use qdisc::{DropReason, PacketMeta, Qdisc, Rate, TcpAckInfo};
 
@@ -25,16 +25,9 @@ enum Op {
         len: usize,
         ack: bool,
     },
-    /// `n` packets of one flow through `TxQueue::enqueue_burst`.
+    /// `n` packets of one flow through `TxQueue::enqueue_burst`, offered by the queue's
+    /// runner or by a peer (a worker offering to a queue another one runs).
     Burst {
-        flow: u32,
-        n: usize,
-        len: usize,
-        ack: bool,
-    },
-    /// `n` packets of one flow through `TxQueue::enqueue_burst_into` (the engine's path), or
-    /// `enqueue_burst_as_peer` (a worker offering to a queue another one runs).
-    BurstInto {
         flow: u32,
         n: usize,
         len: usize,
@@ -61,10 +54,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..6u32, 40..1600usize, any::<bool>())
             .prop_map(|(flow, len, ack)| Op::Offer { flow, len, ack }),
-        3 => (0..6u32, 1..24usize, 40..1600usize, any::<bool>())
-            .prop_map(|(flow, n, len, ack)| Op::Burst { flow, n, len, ack }),
-        3 => (0..6u32, 1..24usize, 40..1600usize, any::<bool>(), any::<bool>())
-            .prop_map(|(flow, n, len, ack, peer)| Op::BurstInto { flow, n, len, ack, peer }),
+        6 => (0..6u32, 1..24usize, 40..1600usize, any::<bool>(), any::<bool>())
+            .prop_map(|(flow, n, len, ack, peer)| Op::Burst { flow, n, len, ack, peer }),
         4 => (1..48usize).prop_map(|budget| Op::Run { budget }),
         3 => (0..3_000_000u64).prop_map(|ns| Op::Advance { ns }),
         1 => (0..4u8).prop_map(|rate| Op::SetRate { rate }),
@@ -247,23 +238,7 @@ proptest! {
                     q.run(now, 64, &mut out, |o| tally.transmit(o));
                     check(&q, &tally, &when);
                 }
-                Op::Burst { flow, n, len, ack } => {
-                    let m = meta(flow);
-                    let pkts: Vec<_> = (0..n)
-                        .map(|_| {
-                            seq += 1;
-                            (packet(flow, seq, len, ack), &m)
-                        })
-                        .collect();
-                    for (p, _) in &pkts {
-                        tally.offer(p);
-                    }
-                    let outcome: BurstOutcome = q.enqueue_burst(now, pkts, |r| tally.intake(r));
-                    if !outcome.run_needed {
-                        check(&q, &tally, &when);
-                    }
-                }
-                Op::BurstInto { flow, n, len, ack, peer } => {
+                Op::Burst { flow, n, len, ack, peer } => {
                     let mut pkts: Vec<_> = (0..n)
                         .map(|_| {
                             seq += 1;
@@ -279,11 +254,10 @@ proptest! {
                     let mut metas = vec![PacketMeta::default(); n];
                     let mut bypassed = Vec::new();
                     let m = meta(flow);
-                    let outcome = if peer {
-                        q.enqueue_burst_as_peer(now, &mut pkts, &mut metas, |_, md| *md = m, &mut bypassed)
-                    } else {
-                        q.enqueue_burst_into(now, &mut pkts, &mut metas, |_, md| *md = m, &mut bypassed)
-                    };
+                    let offerer = if peer { Offerer::Peer } else { Offerer::Runner };
+                    let classify = |_: &TestPacket, md: &mut PacketMeta| *md = m;
+                    let outcome =
+                        q.enqueue_burst(now, &mut pkts, &mut metas, classify, &mut bypassed, offerer);
                     prop_assert_eq!(outcome.bypassed, bypassed.len());
                     prop_assert_eq!(outcome.bypassed + outcome.queued + outcome.dropped, n);
                     prop_assert_eq!(outcome.offered_bytes, n as u64 * bytes_each);

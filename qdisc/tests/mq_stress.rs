@@ -13,7 +13,10 @@ use std::sync::{Barrier, Mutex};
 
 use qdisc::cake::{Cake, CakeConfig, DiffservMode};
 use qdisc::fifo::{Fifo, FifoConfig};
-use qdisc::mq::{Intake, MqQdisc, MultiQueue, NextRun, RunResult, TxQueueOptions, TxQueueStats};
+use qdisc::mq::{
+    BurstOutcome, Intake, MqQdisc, MultiQueue, NextRun, Offerer, RunResult, TxQueue,
+    TxQueueOptions, TxQueueStats,
+};
 use qdisc::{FlowKeys, L3Kind, Packet, PacketMeta, Rate};
 
 #[derive(Debug)]
@@ -111,14 +114,8 @@ fn stress_with<Q: MqQdisc<Pkt>>(
                             if pending[qi].len() < 16 {
                                 continue;
                             }
-                            let batch = pending[qi].drain(..).map(|(pkt, k)| (pkt, &metas[k]));
-                            let outcome = q.enqueue_burst(now, batch, |r| match r {
-                                Intake::Bypass(pkt) => {
-                                    wire.lock().unwrap().push((pkt.flow, pkt.seq));
-                                }
-                                Intake::Queued => {}
-                                Intake::Dropped(_, _) => intake_drops += 1,
-                            });
+                            let outcome = offer_burst(q, now, &mut pending[qi], &metas, wire);
+                            intake_drops += outcome.dropped as u64;
                             if outcome.run_needed {
                                 q.run(now, 64, &mut out, |o| transmit(wire, o));
                             }
@@ -137,14 +134,8 @@ fn stress_with<Q: MqQdisc<Pkt>>(
                     }
                     for (qi, batch) in pending.iter_mut().enumerate() {
                         let now = clock.load(Ordering::Relaxed);
-                        let batch = batch.drain(..).map(|(pkt, k)| (pkt, &metas[k]));
-                        mq.queue(qi).enqueue_burst(now, batch, |r| match r {
-                            Intake::Bypass(pkt) => {
-                                wire.lock().unwrap().push((pkt.flow, pkt.seq));
-                            }
-                            Intake::Queued => {}
-                            Intake::Dropped(_, _) => intake_drops += 1,
-                        });
+                        let outcome = offer_burst(mq.queue(qi), now, batch, &metas, wire);
+                        intake_drops += outcome.dropped as u64;
                     }
                     for q in mq.queues() {
                         let now = clock.load(Ordering::Relaxed);
@@ -220,6 +211,30 @@ fn minus(now: TxQueueStats, base: TxQueueStats) -> TxQueueStats {
     d.dequeue_drops -= base.dequeue_drops;
     d.dequeued -= base.dequeued;
     d
+}
+
+/// Offers `batch` (packets with the index of their meta in `metas`) as one burst and puts
+/// what bypassed on the wire.
+fn offer_burst<Q: MqQdisc<Pkt>>(
+    q: &TxQueue<Pkt, Q>,
+    now: u64,
+    batch: &mut Vec<(Pkt, usize)>,
+    metas: &[PacketMeta],
+    wire: &Mutex<Vec<(u32, u32)>>,
+) -> BurstOutcome {
+    let mut burst_metas: Vec<PacketMeta> = batch.iter().map(|&(_, k)| metas[k]).collect();
+    let mut pkts: Vec<Pkt> = batch.drain(..).map(|(pkt, _)| pkt).collect();
+    let mut bypassed = Vec::new();
+    let outcome = q.enqueue_burst(
+        now,
+        &mut pkts,
+        &mut burst_metas,
+        |_, _| {},
+        &mut bypassed,
+        Offerer::Runner,
+    );
+    transmit(wire, &mut bypassed);
+    outcome
 }
 
 fn transmit(wire: &Mutex<Vec<(u32, u32)>>, out: &mut Vec<Pkt>) {

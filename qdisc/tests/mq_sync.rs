@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 
 use qdisc::mq::{MqQdisc, MultiQueue, SyncConfig, SyncPolicy, TxQueueOptions};
-use qdisc::{Dequeue, Enqueued, Packet, PacketMeta, Qdisc, Rate};
+use qdisc::{BurstBypass, Dequeue, Enqueued, Packet, PacketMeta, Qdisc, Rate};
 
 const PKT_BYTES: usize = 1000;
 const TICK_NS: u64 = 5_000;
@@ -71,12 +71,17 @@ impl Qdisc<Pkt> for VirtualShaper {
         (self.queue.len() * PKT_BYTES) as u64
     }
 
-    fn try_bypass(&mut self, now_ns: u64, _pkt: &Pkt, _meta: &PacketMeta) -> bool {
-        if !self.queue.is_empty() || self.time_next_ns > now_ns {
-            return false;
+    fn bypass_burst(&mut self, now_ns: u64, pkts: &[Pkt], _metas: &[PacketMeta]) -> BurstBypass {
+        let mut done = BurstBypass::default();
+        for _ in pkts {
+            if !self.queue.is_empty() || self.time_next_ns > now_ns {
+                break;
+            }
+            self.time_next_ns = now_ns + self.packet_ns();
+            done.packets += 1;
+            done.bytes += PKT_BYTES as u64;
         }
-        self.time_next_ns = now_ns + self.packet_ns();
-        true
+        done
     }
 
     fn set_rate(&mut self, rate: Rate) {

@@ -12,7 +12,7 @@
 //!   into the burst's meta array, as the engine parses when it needs every meta (CAKE,
 //!   several TX queues);
 //! * `fifo+bypass` / `fifo`: offer the burst to one `qdisc::mq::TxQueue`
-//!   (`enqueue_burst_into`, as the engine does with one TX queue) over the FIFO baseline,
+//!   (`enqueue_burst`, as the engine does with one TX queue) over the FIFO baseline,
 //!   with and without the enqueue bypass; frames are parsed only when the queue needs their
 //!   meta (queued, or CAKE), so a burst that bypasses the idle FIFO is never parsed;
 //! * `cake` / `cake+bypass`: the same with CAKE (diffserv3, triple-isolate), unlimited rate;
@@ -374,7 +374,7 @@ mod imp {
             // one TX queue: each frame is parsed (`parse_into`, in place) only if the queue
             // needs its meta, and a burst that bypasses lands in `txb` without being moved.
             // Its drops are in the queue's stats, read at the end.
-            let _ = q.enqueue_burst_into(
+            let _ = q.enqueue_burst(
                 now,
                 &mut rxb,
                 &mut metas,
@@ -383,6 +383,7 @@ mod imp {
                     meta.l4_hash = m.rss_hash();
                 },
                 &mut txb,
+                qdisc::mq::Offerer::Runner,
             );
             let mut sent = 0u64;
             // As the engine: a queue with nothing to drain, dequeue or sync is not run.
@@ -1098,7 +1099,7 @@ mod imp {
                  `net_pcap,infinite_rx=1` -> `net_null` on one pinned core\n\n\
                  Command: `sudo hugepage-setup reserve --pages 512 && cargo run --release -p cakewalk-benches --features dpdk --bin dpdk_fwd -- --seconds {} --reps {} --write`\n\n{}\n\
                  Inline rows do the engine's per-packet work with one TX queue in one loop \
-                 (`TxQueue::enqueue_burst_into`, which parses with `wire::parse_into` only when the \
+                 (`TxQueue::enqueue_burst`, which parses with `wire::parse_into` only when the \
                  queue needs a frame's meta, then a tx burst); engine rows run the forwarder's engine \
                  itself (one busy-polling worker, queues from `app::build_queues`). The shaped row asks \
                  for 90 % of what shaped CAKE carried in calibration runs. `drr floor` is the `cake` row \

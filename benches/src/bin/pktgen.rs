@@ -27,7 +27,7 @@ use cakewalk_benches::report::{load_average, machine_line, update_section, utc_n
 use clap::Parser;
 use qdisc::cake::{Cake, CakeConfig, FlowMode};
 use qdisc::fifo::Fifo;
-use qdisc::mq::{Intake, MqQdisc, MultiQueue, NextRun, RunResult, TxQueue, TxQueueOptions};
+use qdisc::mq::{MqQdisc, MultiQueue, NextRun, Offerer, RunResult, TxQueue, TxQueueOptions};
 use qdisc::{FlowKeys, L3Kind, Packet, PacketMeta, Rate};
 
 /// Enqueue throughput of one TX queue: bare loop vs FIFO vs CAKE, with and without bypass.
@@ -283,7 +283,8 @@ impl Bench {
 
     fn bare(&self, stop: &AtomicBool, warm: &Barrier) -> [Counts; 2] {
         let mut gen = Generator::default();
-        let mut rx: Vec<(Frame, &PacketMeta)> = Vec::with_capacity(self.burst);
+        let mut rx: Vec<Frame> = Vec::with_capacity(self.burst);
+        let mut rx_metas: Vec<PacketMeta> = Vec::with_capacity(self.burst);
         let mut tx: Vec<Frame> = Vec::with_capacity(self.burst);
         let mut measure = |stop: &AtomicBool| {
             let mut c = Counts::default();
@@ -293,9 +294,9 @@ impl Bench {
             loop {
                 // The queue rows read the clock once per burst; so does this one.
                 black_box(t0.elapsed().as_nanos() as u64);
-                gen.fill(&self.metas, self.burst, &mut rx);
+                gen.fill(&self.metas, self.burst, &mut rx, &mut rx_metas);
                 c.generated += self.burst as u64;
-                for (f, meta) in rx.drain(..) {
+                for (f, meta) in rx.drain(..).zip(rx_metas.drain(..)) {
                     black_box(meta);
                     tx.push(f);
                 }
@@ -320,7 +321,8 @@ impl Bench {
         warm: &Barrier,
     ) -> [Counts; 2] {
         let mut gen = Generator::default();
-        let mut rx: Vec<(Frame, &PacketMeta)> = Vec::with_capacity(self.burst);
+        let mut rx: Vec<Frame> = Vec::with_capacity(self.burst);
+        let mut rx_metas: Vec<PacketMeta> = Vec::with_capacity(self.burst);
         let mut out: Vec<Frame> = Vec::with_capacity(self.burst * 4);
         let mut tx: Vec<Frame> = Vec::with_capacity(self.burst);
         let mut measure = |stop: &AtomicBool, out: &mut Vec<Frame>| {
@@ -329,16 +331,18 @@ impl Bench {
             // At least one burst per window (see `bare`).
             loop {
                 let now = t0.elapsed().as_nanos() as u64;
-                gen.fill(&self.metas, self.burst, &mut rx);
+                gen.fill(&self.metas, self.burst, &mut rx, &mut rx_metas);
                 c.generated += self.burst as u64;
-                let outcome = q.enqueue_burst(now, rx.drain(..), |result| match result {
-                    Intake::Bypass(f) => tx.push(f),
-                    Intake::Queued => {}
-                    Intake::Dropped(_, f) => {
-                        black_box(f);
-                        c.dropped += 1;
-                    }
-                });
+                let outcome = q.enqueue_burst(
+                    now,
+                    &mut rx,
+                    &mut rx_metas,
+                    |_, _| {},
+                    &mut tx,
+                    Offerer::Runner,
+                );
+                rx_metas.clear();
+                c.dropped += outcome.dropped as u64;
                 // The bypassed frames go out right after the call, as one TX burst.
                 c.transmitted += transmit(&mut tx);
                 if outcome.run_needed {
@@ -368,11 +372,14 @@ struct Generator {
 }
 
 impl Generator {
-    fn fill<'m>(
+    /// Appends `n` frames to `rx` and their metas (already classified, as a NIC that
+    /// parsed them would hand them over) to `rx_metas`, cycling over the flows of `metas`.
+    fn fill(
         &mut self,
-        metas: &'m [PacketMeta],
+        metas: &[PacketMeta],
         n: usize,
-        rx: &mut Vec<(Frame, &'m PacketMeta)>,
+        rx: &mut Vec<Frame>,
+        rx_metas: &mut Vec<PacketMeta>,
     ) {
         let mut flow = self.flow;
         for _ in 0..n {
@@ -383,7 +390,8 @@ impl Generator {
                     &metas[0]
                 }
             };
-            rx.push((Frame { len: 64 }, meta));
+            rx.push(Frame { len: 64 });
+            rx_metas.push(*meta);
             flow += 1;
         }
         self.flow = flow;

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
-use qdisc::mq::{NextRun, RunResult};
+use qdisc::mq::{NextRun, Offerer, RunResult};
 use qdisc::{DropReason, PacketMeta};
 use serde::{Deserialize, Serialize};
 
@@ -960,7 +960,14 @@ fn offer_to<P: PortBuf>(
 ) -> Offered {
     match owned {
         Some(slot) => {
-            let outcome = shaper.offer_burst(now, pkts, metas, classify, &mut slot.pending);
+            let outcome = shaper.offer_burst(
+                now,
+                pkts,
+                metas,
+                classify,
+                &mut slot.pending,
+                Offerer::Runner,
+            );
             slot.pending_bytes += outcome.bypassed_bytes;
             Offered {
                 bypassed: outcome.bypassed as u64,
@@ -969,7 +976,7 @@ fn offer_to<P: PortBuf>(
             }
         }
         None => {
-            let outcome = shaper.offer_burst_as_peer(now, pkts, metas, classify, scratch);
+            let outcome = shaper.offer_burst(now, pkts, metas, classify, scratch, Offerer::Peer);
             let mut full = 0u64;
             for p in scratch.drain(..) {
                 if let Err(p) = handoff.push(p) {

@@ -8,7 +8,9 @@
 //! itself ([`TxQueueStats`]) so conservation can be checked against the engine's own counts.
 
 use qdisc::cake::Cake;
-use qdisc::mq::{BurstOutcome, Intake, MqQdisc, NextRun, RunResult, TxQueue, TxQueueStats};
+use qdisc::mq::{
+    BurstOutcome, Intake, MqQdisc, NextRun, Offerer, RunResult, TxQueue, TxQueueStats,
+};
 use qdisc::{Packet, PacketMeta, Rate};
 
 use crate::counters::{SojournBuckets, TinSnapshot};
@@ -63,13 +65,15 @@ pub trait Shaper<P>: Send + Sync {
     /// Offers `pkt` (see `TxQueue::enqueue`).
     fn offer(&self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Intake<P>;
 
-    /// Offers a burst (see `TxQueue::enqueue_burst_into`): `pkts[i]` with `metas[i]`, which
+    /// Offers a burst (see `TxQueue::enqueue_burst`): `pkts[i]` with `metas[i]`, which
     /// `classify` writes only when the queue needs it (at most once per packet; a burst that
     /// bypasses a FIFO is never classified; a caller that classified already passes a
     /// no-op). Bypassed packets are appended to `out` in order (or swapped in when `out` is
     /// empty) and must be transmitted before the next call into this queue; packets the
     /// queue cannot take are dropped here and counted by the queue. `pkts` is emptied. The
-    /// outcome carries the bytes of the bypassed packets and of the whole burst.
+    /// outcome carries the bytes of the bypassed packets and of the whole burst. A worker
+    /// that does not run this queue offers as [`Offerer::Peer`]: while the queue holds
+    /// packets its burst goes to the intake, so the owner's runs never wait behind it.
     fn offer_burst(
         &self,
         now_ns: u64,
@@ -77,23 +81,11 @@ pub trait Shaper<P>: Send + Sync {
         metas: &mut [PacketMeta],
         classify: &mut dyn FnMut(&P, &mut PacketMeta),
         out: &mut Vec<P>,
+        offerer: Offerer,
     ) -> BurstOutcome;
 
-    /// [`Shaper::offer_burst`] from a worker that does not run this queue (see
-    /// `TxQueue::enqueue_burst_as_peer`: while the queue holds packets the burst goes to
-    /// its intake, so the owner's runs never wait behind a peer's enqueues). No default: a
-    /// wrapper that forwarded it to `offer_burst` would silently lose that.
-    fn offer_burst_as_peer(
-        &self,
-        now_ns: u64,
-        pkts: &mut Vec<P>,
-        metas: &mut [PacketMeta],
-        classify: &mut dyn FnMut(&P, &mut PacketMeta),
-        out: &mut Vec<P>,
-    ) -> BurstOutcome;
-
-    /// Whether [`Shaper::offer_burst_as_peer`] would drop a whole burst now (see
-    /// `TxQueue::peer_offer_would_drop`).
+    /// Whether [`Shaper::offer_burst`] as a [`Offerer::Peer`] would drop a whole burst now
+    /// (see `TxQueue::peer_offer_would_drop`).
     fn peer_offer_would_drop(&self) -> bool;
 
     /// Runs the queue: dequeues up to `budget` packets into `out` and calls `transmit(out)`
@@ -149,21 +141,10 @@ where
         metas: &mut [PacketMeta],
         classify: &mut dyn FnMut(&P, &mut PacketMeta),
         out: &mut Vec<P>,
+        offerer: Offerer,
     ) -> BurstOutcome {
         // One runner-lock round trip for the whole burst.
-        self.enqueue_burst_into(now_ns, pkts, metas, classify, out)
-    }
-
-    #[inline]
-    fn offer_burst_as_peer(
-        &self,
-        now_ns: u64,
-        pkts: &mut Vec<P>,
-        metas: &mut [PacketMeta],
-        classify: &mut dyn FnMut(&P, &mut PacketMeta),
-        out: &mut Vec<P>,
-    ) -> BurstOutcome {
-        self.enqueue_burst_as_peer(now_ns, pkts, metas, classify, out)
+        self.enqueue_burst(now_ns, pkts, metas, classify, out, offerer)
     }
 
     #[inline]
@@ -226,6 +207,8 @@ impl<P: Packet + Send> Shaper<P> for Passthrough {
         _metas: &mut [PacketMeta],
         _classify: &mut dyn FnMut(&P, &mut PacketMeta),
         out: &mut Vec<P>,
+        // No queue to hold against anyone: every packet bypasses, whoever offers it.
+        _offerer: Offerer,
     ) -> BurstOutcome {
         let bypassed = pkts.len();
         let bytes = pkts.iter().map(|p| p.len() as u64).sum();
@@ -240,18 +223,6 @@ impl<P: Packet + Send> Shaper<P> for Passthrough {
             offered_bytes: bytes,
             ..BurstOutcome::default()
         }
-    }
-
-    fn offer_burst_as_peer(
-        &self,
-        now_ns: u64,
-        pkts: &mut Vec<P>,
-        metas: &mut [PacketMeta],
-        classify: &mut dyn FnMut(&P, &mut PacketMeta),
-        out: &mut Vec<P>,
-    ) -> BurstOutcome {
-        // No queue to hold against anyone: every packet bypasses.
-        self.offer_burst(now_ns, pkts, metas, classify, out)
     }
 
     fn peer_offer_would_drop(&self) -> bool {

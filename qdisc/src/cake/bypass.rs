@@ -33,22 +33,15 @@ struct LengthSums {
 }
 
 impl<P: Packet> Cake<P> {
-    pub(super) fn bypass_burst_inner<'m, I, F>(
+    pub(super) fn bypass_burst_inner(
         &mut self,
         now_ns: u64,
-        pkts: &mut I,
-        sent: F,
-    ) -> BurstBypass<'m, P>
-    where
-        I: Iterator<Item = (P, &'m PacketMeta)>,
-        F: FnMut(P),
-    {
+        pkts: &[P],
+        metas: &[PacketMeta],
+    ) -> BurstBypass {
         let shaped = !self.rate.is_unlimited();
         if self.qlen != 0 || (shaped && now_ns.max(self.last_now) < self.time_next.next_ns) {
-            return BurstBypass {
-                first_queued: pkts.next(),
-                ..BurstBypass::default()
-            };
+            return BurstBypass::default();
         }
         // The common configuration (no overhead compensation, no MPU, no cell framing)
         // charges the frame length as is: a loop without the adjustment is much shorter.
@@ -56,26 +49,22 @@ impl<P: Packet> Cake<P> {
             && self.overhead.mpu == 0
             && self.overhead.atm == AtmMode::None;
         match (shaped, identity) {
-            (false, true) => self.bypass_run::<false, true, I, F>(now_ns, pkts, sent),
-            (false, false) => self.bypass_run::<false, false, I, F>(now_ns, pkts, sent),
-            (true, true) => self.bypass_run::<true, true, I, F>(now_ns, pkts, sent),
-            (true, false) => self.bypass_run::<true, false, I, F>(now_ns, pkts, sent),
+            (false, true) => self.bypass_run::<false, true>(now_ns, pkts, metas),
+            (false, false) => self.bypass_run::<false, false>(now_ns, pkts, metas),
+            (true, true) => self.bypass_run::<true, true>(now_ns, pkts, metas),
+            (true, false) => self.bypass_run::<true, false>(now_ns, pkts, metas),
         }
     }
 
     /// The burst loop, specialised on whether the shaper is on and whether lengths are
     /// charged as they are.
     #[inline]
-    fn bypass_run<'m, const SHAPED: bool, const IDENTITY: bool, I, F>(
+    fn bypass_run<const SHAPED: bool, const IDENTITY: bool>(
         &mut self,
         now_ns: u64,
-        pkts: &mut I,
-        mut sent: F,
-    ) -> BurstBypass<'m, P>
-    where
-        I: Iterator<Item = (P, &'m PacketMeta)>,
-        F: FnMut(P),
-    {
+        pkts: &[P],
+        metas: &[PacketMeta],
+    ) -> BurstBypass {
         let now = self.clamp_now(now_ns);
         if self.time_next.next_ns < now {
             self.time_next.set(now);
@@ -96,10 +85,8 @@ impl<P: Packet> Cake<P> {
         let mut run_tin = usize::MAX;
         let mut run = TinSums::default();
         let (mut same_min, mut same_max) = (u32::MAX, 0u32);
-        let mut stopped = None;
-        for (pkt, meta) in pkts.by_ref() {
+        for (pkt, meta) in pkts.iter().zip(metas) {
             if SHAPED && now < self.time_next.next_ns {
-                stopped = Some((pkt, meta));
                 break;
             }
             let t = self.select_tin(meta) % MAX_TINS;
@@ -132,7 +119,6 @@ impl<P: Packet> Cake<P> {
             run.packets += 1;
             run.bytes += u64::from(len);
             run.max_len = run.max_len.max(len);
-            sent(pkt);
         }
         self.switch_run(now, &mut sums, &mut run_tin, &mut run, usize::MAX);
         lengths.min_net = lengths.min_net.min(same_min);
@@ -141,9 +127,8 @@ impl<P: Packet> Cake<P> {
         lengths.max_adj = lengths.max_adj.max(same_max);
         let (packets, bytes) = self.flush_bypass_stats(&sums, &lengths);
         BurstBypass {
-            packets,
+            packets: packets as usize,
             bytes,
-            first_queued: stopped,
         }
     }
 
@@ -207,9 +192,10 @@ impl<P: Packet> Cake<P> {
 
 #[cfg(test)]
 mod tests {
+    use super::clamp_u32;
     use crate::cake::{AtmMode, Cake, CakeConfig, DiffservMode, FlowMode};
     use crate::testing::{udp_meta, TestPacket};
-    use crate::{PacketMeta, Qdisc, Rate};
+    use crate::{Packet, PacketMeta, Qdisc, Rate};
 
     fn metas() -> Vec<PacketMeta> {
         (0..40u16)
@@ -227,42 +213,66 @@ mod tests {
         (0..40usize).map(|i| 60 + (i * 97) % 1455)
     }
 
-    /// Runs the same bursts through `bypass_burst` and through `try_bypass` per packet and
-    /// compares what each sent, what each left for enqueueing, and every statistic.
+    /// The bypass of one packet written plainly, packet by packet (what the burst bypass
+    /// must equal): the checks, the clock clamp, the length statistics, the tin and global
+    /// clocks and the sent counters.
+    fn bypass_one(
+        c: &mut Cake<TestPacket>,
+        now_ns: u64,
+        pkt: &TestPacket,
+        meta: &PacketMeta,
+    ) -> bool {
+        if c.qlen != 0 {
+            return false;
+        }
+        let now = now_ns.max(c.last_now);
+        if !c.rate.is_unlimited() && now < c.time_next.next_ns {
+            return false;
+        }
+        let now = c.clamp_now(now_ns);
+        let t = c.select_tin(meta);
+        let len = clamp_u32(pkt.len());
+        let l2 = u32::from(meta.l2_len);
+        let (adj, netlen) = c.overhead.adjust_gso(len, l2, meta.gso_segs);
+        c.stats.track_lengths(netlen, adj, l2);
+        let tin = &mut c.tins[t];
+        if tin.clock.next_ns < now {
+            tin.clock.set(now);
+        }
+        if c.time_next.next_ns < now {
+            c.time_next.set(now);
+            c.failsafe_next = now;
+        }
+        c.advance_shaper(t, adj, now, false);
+        let st = &mut c.stats.tins[t];
+        st.sent_packets += 1;
+        st.sent_bytes += u64::from(len);
+        st.max_skblen = st.max_skblen.max(len);
+        c.stats.bypassed_packets += 1;
+        true
+    }
+
+    /// Runs the same bursts through `bypass_burst` and through [`bypass_one`] per packet and
+    /// compares how many each let through and every statistic.
     fn same_as_per_packet(config: &CakeConfig, times: &[u64]) {
         let metas = metas();
         let mut burst_cake: Cake<TestPacket> = Cake::new(config).unwrap();
         let mut single_cake: Cake<TestPacket> = Cake::new(config).unwrap();
         for &now in times {
             let pkts: Vec<_> = lens()
-                .zip(&metas)
                 .enumerate()
-                .map(|(i, (len, m))| (TestPacket::new(len, 0, i as u64), m))
+                .map(|(i, len)| TestPacket::new(len, 0, i as u64))
                 .collect();
-            let mut sent_burst = Vec::new();
-            let mut it = pkts.clone().into_iter();
-            let done = burst_cake.bypass_burst(now, &mut it, |p| sent_burst.push(p.seq));
-            assert_eq!(done.packets, sent_burst.len() as u64);
-            let left: Vec<u64> = done
-                .first_queued
-                .into_iter()
-                .map(|(p, _)| p.seq)
-                .chain(it.map(|(p, _)| p.seq))
-                .collect();
+            let done = burst_cake.bypass_burst(now, &pkts, &metas);
+            let bytes: u64 = pkts[..done.packets].iter().map(|p| p.len as u64).sum();
+            assert_eq!(done.bytes, bytes);
 
-            let mut sent_single = Vec::new();
-            let mut left_single = Vec::new();
-            let mut bypassing = true;
-            for (p, m) in pkts {
-                if bypassing && single_cake.try_bypass(now, &p, m) {
-                    sent_single.push(p.seq);
-                } else {
-                    bypassing = false;
-                    left_single.push(p.seq);
-                }
-            }
-            assert_eq!(sent_burst, sent_single, "sent at {now}");
-            assert_eq!(left, left_single, "left at {now}");
+            let single = pkts
+                .iter()
+                .zip(&metas)
+                .take_while(|(p, m)| bypass_one(&mut single_cake, now, p, m))
+                .count();
+            assert_eq!(done.packets, single, "bypassed at {now}");
             // `clock_clamps` counts calls with a stale `now`: one per burst here, one per
             // packet there.
             let (mut a, mut b) = (burst_cake.stats().clone(), single_cake.stats().clone());
@@ -314,9 +324,8 @@ mod tests {
         let metas = metas();
         let mut cake: Cake<TestPacket> = Cake::new(&CakeConfig::default()).unwrap();
         cake.enqueue(0, TestPacket::new(100, 0, 99), &metas[0]);
-        let mut it = (0..3).map(|i| (TestPacket::new(100, 1, i), &metas[1]));
-        let first = cake.bypass_burst(1, &mut it, |_| panic!("bypassed into a busy queue"));
-        assert_eq!(first.first_queued.map(|(p, _)| p.seq), Some(0));
-        assert_eq!(it.count(), 2);
+        let pkts: Vec<_> = (0..3).map(|i| TestPacket::new(100, 1, i)).collect();
+        assert_eq!(cake.bypass_burst(1, &pkts, &metas[..3]).packets, 0);
+        assert!(!cake.try_bypass(1, &pkts[0], &metas[0]));
     }
 }

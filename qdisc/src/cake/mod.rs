@@ -457,44 +457,9 @@ impl<P: Packet> Qdisc<P> for Cake<P> {
         self.backlog
     }
 
-    fn try_bypass(&mut self, now_ns: u64, pkt: &P, meta: &PacketMeta) -> bool {
-        if self.qlen != 0 {
-            return false;
-        }
-        let now = now_ns.max(self.last_now);
-        if !self.rate.is_unlimited() && now < self.time_next.next_ns {
-            return false;
-        }
-        let now = self.clamp_now(now_ns);
-        let t = self.select_tin(meta);
-        let len = clamp_u32(pkt.len());
-        let l2 = u32::from(meta.l2_len);
-        let (adj, netlen) = self.overhead.adjust_gso(len, l2, meta.gso_segs);
-        self.stats.track_lengths(netlen, adj, l2);
-        let tin = &mut self.tins[t];
-        if tin.clock.next_ns < now {
-            tin.clock.set(now);
-        }
-        if self.time_next.next_ns < now {
-            self.time_next.set(now);
-            self.failsafe_next = now;
-        }
-        self.advance_shaper(t, adj, now, false);
-        let st = &mut self.stats.tins[t];
-        st.sent_packets += 1;
-        st.sent_bytes += u64::from(len);
-        st.max_skblen = st.max_skblen.max(len);
-        self.stats.bypassed_packets += 1;
-        true
-    }
-
     #[inline]
-    fn bypass_burst<'m, I, F>(&mut self, now_ns: u64, pkts: &mut I, sent: F) -> BurstBypass<'m, P>
-    where
-        I: Iterator<Item = (P, &'m PacketMeta)>,
-        F: FnMut(P),
-    {
-        self.bypass_burst_inner(now_ns, pkts, sent)
+    fn bypass_burst(&mut self, now_ns: u64, pkts: &[P], metas: &[PacketMeta]) -> BurstBypass {
+        self.bypass_burst_inner(now_ns, pkts, metas)
     }
 
     fn set_rate(&mut self, rate: Rate) {

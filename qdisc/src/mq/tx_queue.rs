@@ -30,15 +30,36 @@ pub enum Intake<P> {
     Dropped(DropReason, P),
 }
 
-/// What [`TxQueue::enqueue_burst`] or [`TxQueue::enqueue_burst_into`] did with a burst.
+/// Who offers a burst to [`TxQueue::enqueue_burst`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offerer {
+    /// The thread that runs the queue (or any thread, where no thread owns it): an idle
+    /// queue's bypass is taken, and otherwise the burst goes into the qdisc under the runner
+    /// lock when that lock is free.
+    Runner,
+    /// A thread that does not run the queue (in the engine, a worker that receives packets
+    /// for a TX queue another worker owns). While the queue holds packets (its published
+    /// length, or anything in the intake) a peer never takes the runner lock: its burst goes
+    /// to the intake, which the runner drains a few budgets at a time. Enqueuing into the
+    /// qdisc directly would hold the lock for the whole burst (for an overloaded CAKE, a
+    /// fattest-flow drop per packet), and a peer that receives faster than the queue drains
+    /// would then hold it nearly all the time: the runner's own runs find it busy and the
+    /// queue's output collapses (measured: 1 Gbit/s shaped to 20 Mbit/s with two workers on
+    /// one flooded queue). Through the intake an overload drops at the intake, on the peer's
+    /// core, and the runner's dequeues never wait behind a peer. An empty queue is offered
+    /// as by a runner, so a peer's packets still take the bypass.
+    Peer,
+}
+
+/// What [`TxQueue::enqueue_burst`] did with a burst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BurstOutcome {
-    /// Packets that took the bypass (handed back as [`Intake::Bypass`], or appended to
-    /// `out`).
+    /// Packets that took the bypass (appended to `out`).
     pub bypassed: usize,
     /// Packets queued (in the qdisc or the intake).
     pub queued: usize,
-    /// Packets the intake had no room for (handed back as [`Intake::Dropped`], or dropped).
+    /// Packets the intake had no room for (dropped, and counted in
+    /// [`TxQueueStats::intake_full`]).
     pub dropped: usize,
     /// Bytes ([`Packet::len`]) of the packets that took the bypass.
     pub bypassed_bytes: u64,
@@ -149,11 +170,9 @@ const INTAKE_DRAINS_PER_BUDGET: usize = 4;
 /// One TX queue: `&self` methods, `Send + Sync`, fed by any number of threads.
 ///
 /// # Call protocol
-/// * Offer packets from any thread with [`TxQueue::enqueue_burst_into`] (one lock per burst,
+/// * Offer packets from any thread with [`TxQueue::enqueue_burst`] (one lock per burst,
 ///   packets classified only when the queue needs their meta, a bypassed burst handed over
-///   whole; the engine's path; [`TxQueue::enqueue_burst_as_peer`] from a thread that does
-///   not run the queue), [`TxQueue::enqueue_burst`] (one lock per burst, classified
-///   packets) or [`TxQueue::enqueue`] (one packet). Packets that took the bypass must be
+///   whole) or [`TxQueue::enqueue`] (one packet). Packets that took the bypass must be
 ///   transmitted before the next call into this queue.
 /// * Then call [`TxQueue::run`] from the same thread (after a burst, only when its
 ///   [`BurstOutcome::run_needed`] says so; after `enqueue`, always). Every thread that
@@ -172,14 +191,14 @@ const INTAKE_DRAINS_PER_BUDGET: usize = 4;
 /// # Bypass (Linux `TCQ_F_CAN_BYPASS`, c4fef01ba479)
 /// A packet takes the bypass only when the runner lock is free, the intake is empty and the
 /// qdisc is empty (checked again under the lock), and the qdisc's
-/// [`crate::Qdisc::try_bypass`] finds shaper credit. When the lock is free but the intake is
+/// [`crate::Qdisc::bypass_burst`] finds shaper credit. When the lock is free but the intake is
 /// not empty, the packet goes to the intake behind what waits there; when only the credit is
 /// missing, it goes straight into the qdisc. Nothing is ever reordered.
 ///
 /// # Cost
 /// A burst on an idle queue: two uncontended atomic read-modify-writes per burst plus the
-/// qdisc's bypass (for the FIFO through `enqueue_burst_into`: one check and a sum of the
-/// lengths per burst, no parse, no packet moved). A queued packet: one intake push and pop (one CAS
+/// qdisc's bypass (for the FIFO: one check and a sum of the lengths per burst, no parse, no
+/// packet moved). A queued packet: one intake push and pop (one CAS
 /// each) plus the qdisc's enqueue and dequeue. Shared cache lines of other queues are read
 /// once per sync interval; this queue's own are written once per run.
 pub struct TxQueue<P, Q> {
@@ -360,24 +379,6 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         self.push_intake(pkt, meta)
     }
 
-    fn burst_to_intake<'m, I, F>(&self, pkts: I, on_result: &mut F, outcome: &mut BurstOutcome)
-    where
-        I: IntoIterator<Item = (P, &'m PacketMeta)>,
-        F: FnMut(Intake<P>),
-    {
-        for (pkt, meta) in pkts {
-            outcome.offered_bytes += pkt.len() as u64;
-            match self.push_intake(pkt, meta) {
-                Intake::Dropped(reason, pkt) => {
-                    outcome.dropped += 1;
-                    on_result(Intake::Dropped(reason, pkt));
-                }
-                _ => outcome.queued += 1,
-            }
-        }
-        outcome.run_needed = true;
-    }
-
     fn push_intake(&self, pkt: P, meta: &PacketMeta) -> Intake<P> {
         match self.intake.push((pkt, *meta)) {
             Ok(()) => Intake::Queued,
@@ -389,68 +390,8 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     }
 
     /// Offers a burst, taking the runner lock once for all of it (two atomic operations per
-    /// burst instead of per packet). `on_result` gets every packet that does not stay queued:
-    /// [`Intake::Bypass`] ones must be transmitted before the next call into this queue
-    /// (collecting them into the burst's TX buffer and sending that right after this call is
-    /// fine), [`Intake::Dropped`] ones are the caller's to free or count.
-    ///
-    /// When the lock is free and the intake empty, packets bypass while the qdisc stays empty
-    /// and the shaper has credit; the first one that cannot is enqueued straight into the
-    /// qdisc, with everything after it (order is kept; with the bypass disabled every packet
-    /// takes that path). When another thread holds the lock, or other producers' packets
-    /// wait in the intake, the burst goes to the intake behind them.
-    pub fn enqueue_burst<'m, I, F>(&self, now_ns: u64, pkts: I, mut on_result: F) -> BurstOutcome
-    where
-        I: IntoIterator<Item = (P, &'m PacketMeta)>,
-        F: FnMut(Intake<P>),
-    {
-        let mut outcome = BurstOutcome::default();
-        let Some(mut guard) = self.runner.try_lock() else {
-            self.burst_to_intake(pkts, &mut on_result, &mut outcome);
-            return outcome;
-        };
-        if !self.intake.is_empty() {
-            // Other producers' packets wait in the intake: queue behind them, in order, and
-            // leave the (bounded) draining to the caller's run.
-            self.burst_to_intake(pkts, &mut on_result, &mut outcome);
-            if let Err(guard) = guard.try_unlock() {
-                guard.unlock_with_missed();
-            }
-            return outcome;
-        }
-        let pending = guard.with(|r| {
-            let now_ns = r.sync.clamp(now_ns);
-            // Counted in locals and added once per burst: per-packet stores through `r`
-            // cannot be kept in registers across `on_result`.
-            let (mut bypassed, mut bypassed_bytes, mut queued) = (0u64, 0u64, 0usize);
-            let mut queued_bytes = 0u64;
-            let mut pkts = pkts.into_iter();
-            let first_queued = if self.bypass && r.qdisc.is_empty() {
-                let done = r
-                    .qdisc
-                    .bypass_burst(now_ns, &mut pkts, |pkt| on_result(Intake::Bypass(pkt)));
-                (bypassed, bypassed_bytes) = (done.packets, done.bytes);
-                done.first_queued
-            } else {
-                pkts.next()
-            };
-            for (pkt, meta) in first_queued.into_iter().chain(pkts) {
-                queued_bytes += pkt.len() as u64;
-                r.enqueue_one(now_ns, pkt, meta);
-                queued += 1;
-            }
-            outcome.bypassed += bypassed as usize;
-            outcome.queued += queued;
-            outcome.bypassed_bytes = bypassed_bytes;
-            outcome.offered_bytes = bypassed_bytes + queued_bytes;
-            self.settle_burst(r, now_ns, bypassed, bypassed_bytes)
-        });
-        outcome.run_needed = Self::unlock_after_burst(guard, pending);
-        outcome
-    }
-
-    /// Offers a burst whose packets are classified only when needed, and whose bypassed
-    /// packets are handed over without being moved one by one: the engine's path.
+    /// burst instead of per packet), classifying packets only when needed and handing the
+    /// bypassed ones over without moving them one by one: the engine's path.
     ///
     /// * `classify(pkt, meta)` writes `metas[i]` for `pkts[i]`. It is called at most once per
     ///   packet, before that meta is read: for every packet when the qdisc's bypass reads the
@@ -458,6 +399,12 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     ///   that are queued or dropped, so a burst that bypasses an empty FIFO is never
     ///   classified (Linux's `TCQ_F_CAN_BYPASS` does the same for pfifo_fast). A caller
     ///   that has classified the burst already passes a no-op.
+    /// * When the lock is free and the intake empty, packets bypass while the qdisc stays
+    ///   empty and the shaper has credit; the first one that cannot is enqueued straight
+    ///   into the qdisc, with everything after it (order is kept; with the bypass disabled
+    ///   every packet takes that path). When another thread holds the lock, or other
+    ///   producers' packets wait in the intake, the burst goes to the intake behind them.
+    ///   A [`Offerer::Peer`] also sends it there while the queue holds packets.
     /// * The packets that take the bypass are appended to `out`, in order, and must be
     ///   transmitted before the caller's next call into this queue. When `out` is empty and
     ///   the whole burst bypasses, the two vectors are swapped instead (no packet is moved;
@@ -466,29 +413,34 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     ///   [`BurstOutcome::dropped`] and [`TxQueueStats::intake_full`]); every other packet is
     ///   queued. `pkts` is empty on return.
     ///
-    /// Otherwise as [`TxQueue::enqueue_burst`] (same lock, order and bypass rules).
-    ///
     /// # Panics
     /// When `metas` is shorter than `pkts` (a programming error).
-    pub fn enqueue_burst_into<C>(
+    pub fn enqueue_burst<C>(
         &self,
         now_ns: u64,
         pkts: &mut Vec<P>,
         metas: &mut [PacketMeta],
         mut classify: C,
         out: &mut Vec<P>,
+        offerer: Offerer,
     ) -> BurstOutcome
     where
         C: FnMut(&P, &mut PacketMeta),
     {
         let metas = &mut metas[..pkts.len()];
+        let mut outcome = BurstOutcome::default();
+        if offerer == Offerer::Peer
+            && (self.published.qlen.load(Ordering::Relaxed) != 0 || !self.intake.is_empty())
+        {
+            self.classified_to_intake(pkts, metas, true, &mut classify, &mut outcome);
+            return outcome;
+        }
         let lazy = !<Q as crate::Qdisc<P>>::BYPASS_READS_META;
         if !lazy {
             for (pkt, meta) in pkts.iter().zip(metas.iter_mut()) {
                 classify(pkt, meta);
             }
         }
-        let mut outcome = BurstOutcome::default();
         let Some(mut guard) = self.runner.try_lock() else {
             self.classified_to_intake(pkts, metas, lazy, &mut classify, &mut outcome);
             return outcome;
@@ -503,88 +455,36 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         }
         let pending = guard.with(|r| {
             let now_ns = r.sync.clamp(now_ns);
-            let may_bypass = self.bypass && r.qdisc.is_empty();
-            let mut queued_bytes = 0u64;
-            let (bypassed, bypassed_bytes) = if lazy {
-                let done = if may_bypass {
-                    r.qdisc.bypass_unclassified(now_ns, pkts)
-                } else {
-                    crate::PrefixBypass::default()
-                };
-                let first = done.packets.min(pkts.len());
-                for (pkt, meta) in pkts.drain(first..).zip(metas[first..].iter_mut()) {
-                    classify(&pkt, meta);
-                    queued_bytes += pkt.len() as u64;
-                    r.enqueue_one(now_ns, pkt, meta);
-                }
-                if out.is_empty() {
-                    std::mem::swap(pkts, out);
-                } else {
-                    out.append(pkts);
-                }
-                (first as u64, done.bytes)
+            let done = if self.bypass && r.qdisc.is_empty() {
+                r.qdisc.bypass_burst(now_ns, pkts, metas)
             } else {
-                let mut rest = pkts.drain(..).zip(metas.iter());
-                let (done, first_queued) = if may_bypass {
-                    let mut done = r.qdisc.bypass_burst(now_ns, &mut rest, |pkt| out.push(pkt));
-                    let first = done.first_queued.take();
-                    ((done.packets, done.bytes), first)
-                } else {
-                    ((0, 0), rest.next())
-                };
-                for (pkt, meta) in first_queued.into_iter().chain(rest) {
-                    queued_bytes += pkt.len() as u64;
-                    r.enqueue_one(now_ns, pkt, meta);
-                }
-                done
+                crate::BurstBypass::default()
             };
-            outcome.bypassed = bypassed as usize;
-            outcome.queued = metas.len() - outcome.bypassed;
-            outcome.bypassed_bytes = bypassed_bytes;
-            outcome.offered_bytes = bypassed_bytes + queued_bytes;
-            self.settle_burst(r, now_ns, bypassed, bypassed_bytes)
+            let first = done.packets.min(pkts.len());
+            let mut queued_bytes = 0u64;
+            for (pkt, meta) in pkts.drain(first..).zip(metas[first..].iter_mut()) {
+                if lazy {
+                    classify(&pkt, meta);
+                }
+                queued_bytes += pkt.len() as u64;
+                r.enqueue_one(now_ns, pkt, meta);
+            }
+            if out.is_empty() {
+                std::mem::swap(pkts, out);
+            } else {
+                out.append(pkts);
+            }
+            outcome.bypassed = first;
+            outcome.queued = metas.len() - first;
+            outcome.bypassed_bytes = done.bytes;
+            outcome.offered_bytes = done.bytes + queued_bytes;
+            self.settle_burst(r, now_ns, first as u64, done.bytes)
         });
         outcome.run_needed = Self::unlock_after_burst(guard, pending);
         outcome
     }
 
-    /// [`TxQueue::enqueue_burst_into`] for a thread that does not run this queue (a peer: in
-    /// the engine, a worker that receives packets for a TX queue another worker owns).
-    ///
-    /// While the queue holds packets (its published length, or anything in the intake) a
-    /// peer never takes the runner lock: its burst goes to the intake, which the runner
-    /// drains a few budgets at a time. Enqueuing into the qdisc directly would hold the
-    /// lock for the whole burst (for an overloaded CAKE, a fattest-flow drop per packet), and
-    /// a peer that receives faster than the queue drains would then hold it nearly all the
-    /// time: the runner's own runs find it busy and the queue's output collapses (measured:
-    /// 1 Gbit/s shaped to 20 Mbit/s with two workers on one flooded queue). Through the
-    /// intake an overload drops at the intake, on the peer's core, and the runner's
-    /// dequeues never wait behind a peer. An empty queue is offered as by
-    /// `enqueue_burst_into`, so a peer's packets still take the bypass.
-    ///
-    /// # Panics
-    /// When `metas` is shorter than `pkts` (a programming error).
-    pub fn enqueue_burst_as_peer<C>(
-        &self,
-        now_ns: u64,
-        pkts: &mut Vec<P>,
-        metas: &mut [PacketMeta],
-        mut classify: C,
-        out: &mut Vec<P>,
-    ) -> BurstOutcome
-    where
-        C: FnMut(&P, &mut PacketMeta),
-    {
-        if self.published.qlen.load(Ordering::Relaxed) == 0 && self.intake.is_empty() {
-            return self.enqueue_burst_into(now_ns, pkts, metas, classify, out);
-        }
-        let metas = &mut metas[..pkts.len()];
-        let mut outcome = BurstOutcome::default();
-        self.classified_to_intake(pkts, metas, true, &mut classify, &mut outcome);
-        outcome
-    }
-
-    /// Whether [`TxQueue::enqueue_burst_as_peer`] would drop a whole burst now (the intake is
+    /// Whether [`TxQueue::enqueue_burst`] from a [`Offerer::Peer`] would drop a whole burst now (the intake is
     /// full). A snapshot that takes no lock: a peer that polls a receive queue for this TX
     /// queue can leave the packets in the receive ring instead (where the NIC drops an
     /// overload for free) and spend the time on its own queues.
@@ -592,7 +492,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         self.intake.is_full()
     }
 
-    /// The intake path of [`TxQueue::enqueue_burst_into`]: classifies what is not yet,
+    /// The intake path of [`TxQueue::enqueue_burst`]: classifies what is not yet,
     /// pushes everything, drops what does not fit.
     fn classified_to_intake<C>(
         &self,
@@ -1110,522 +1010,4 @@ impl<P: Packet, Q: MqQdisc<P>> Runner<P, Q> {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use crate::cake::{Cake, CakeConfig};
-    use crate::fifo::Fifo;
-    use crate::testing::{udp_meta, TestPacket};
-
-    fn assert_send_sync<T: Send + Sync>() {}
-
-    #[test]
-    fn tx_queues_can_be_shared_between_threads() {
-        assert_send_sync::<TxQueue<TestPacket, Fifo<TestPacket>>>();
-        assert_send_sync::<TxQueue<TestPacket, Cake<TestPacket>>>();
-    }
-
-    fn fifo_queue(bypass: bool, capacity: usize) -> TxQueue<TestPacket, Fifo<TestPacket>> {
-        let options = TxQueueOptions {
-            intake_capacity: capacity,
-            bypass,
-            ..TxQueueOptions::default()
-        };
-        TxQueue::new(Fifo::new(64), options)
-    }
-
-    #[test]
-    fn an_idle_queue_bypasses_and_a_held_queue_keeps_arrival_order() {
-        let q = fifo_queue(true, 8);
-        let meta = udp_meta(1, 2, 1, 0);
-        assert!(matches!(
-            q.enqueue(0, TestPacket::new(64, 1, 0), &meta),
-            Intake::Bypass(_)
-        ));
-        // While a runner holds the queue, packets wait in the intake in order.
-        let guard = q.runner.try_lock_idle().unwrap();
-        for seq in 1..4 {
-            assert_eq!(
-                q.enqueue(0, TestPacket::new(64, 1, seq), &meta),
-                Intake::Queued
-            );
-        }
-        drop(guard);
-        // Work is waiting, so the next packet must queue behind it, not bypass.
-        assert_eq!(
-            q.enqueue(0, TestPacket::new(64, 1, 4), &meta),
-            Intake::Queued
-        );
-        let mut out = Vec::new();
-        let r = q.run(0, 16, &mut out, |_| {});
-        assert_eq!(
-            r,
-            RunResult::Ran {
-                sent: 4,
-                next: NextRun::Idle
-            }
-        );
-        let seqs: Vec<u64> = out.iter().map(|p| p.seq).collect();
-        assert_eq!(seqs, vec![1, 2, 3, 4]);
-        let s = q.stats();
-        assert_eq!((s.bypassed, s.enqueued, s.dequeued), (1, 4, 4));
-    }
-
-    #[test]
-    fn a_full_intake_hands_the_packet_back_with_its_reason() {
-        let q = fifo_queue(false, 1);
-        let meta = udp_meta(1, 2, 1, 0);
-        let guard = q.runner.try_lock_idle().unwrap();
-        assert_eq!(
-            q.enqueue(0, TestPacket::new(64, 1, 0), &meta),
-            Intake::Queued
-        );
-        let dropped = q.enqueue(0, TestPacket::new(64, 1, 1), &meta);
-        assert!(matches!(
-            dropped,
-            Intake::Dropped(DropReason::IntakeFull, ref p) if p.seq == 1
-        ));
-        drop(guard);
-        assert_eq!(q.stats().drops(DropReason::IntakeFull), 1);
-    }
-
-    #[test]
-    fn a_run_while_another_holds_the_queue_is_busy_and_the_holder_goes_round_again() {
-        let q = fifo_queue(false, 8);
-        let meta = udp_meta(1, 2, 1, 0);
-        let guard = q.runner.lock_or_flag_missed().unwrap();
-        q.enqueue(0, TestPacket::new(64, 1, 0), &meta);
-        assert_eq!(q.run(0, 8, &mut Vec::new(), |_| {}), RunResult::Busy);
-        // The holder sees MISSED and must not let go yet.
-        let guard = guard.try_unlock().unwrap_err();
-        drop(guard);
-        let mut out = Vec::new();
-        assert!(matches!(
-            q.run(0, 8, &mut out, |_| {}),
-            RunResult::Ran { sent: 1, .. }
-        ));
-    }
-
-    #[test]
-    fn a_shaped_queue_says_when_to_run_again() {
-        let config = CakeConfig {
-            rate: Rate::from_bits_per_sec(1_000_000),
-            ..CakeConfig::default()
-        };
-        let q = TxQueue::new(
-            Cake::new(&config).unwrap(),
-            TxQueueOptions {
-                bypass: false,
-                ..TxQueueOptions::default()
-            },
-        );
-        let meta = udp_meta(1, 2, 1, 0);
-        let burst: Vec<(TestPacket, &PacketMeta)> = (0..3)
-            .map(|seq| (TestPacket::new(1000, 1, seq), &meta))
-            .collect();
-        let outcome = q.enqueue_burst(1_000, burst, |_| {});
-        assert_eq!(outcome.queued, 3);
-        assert!(outcome.run_needed);
-        let mut out = Vec::new();
-        match q.run(1_000, 8, &mut out, |_| {}) {
-            RunResult::Ran {
-                sent: 1,
-                next: NextRun::At(t),
-            } => assert!(t > 1_000),
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-
-    #[test]
-    fn drops_while_the_shaper_waits_are_published_without_a_run() {
-        // At 2 kbit/s one 1000-byte packet takes 4 s: the engine runs this queue again only
-        // then, and the bursts offered meanwhile overflow the 10-packet limit.
-        let config = CakeConfig {
-            rate: Rate::from_bits_per_sec(2_000),
-            packet_limit: 10,
-            ..CakeConfig::default()
-        };
-        let q = TxQueue::new(
-            Cake::new(&config).unwrap(),
-            TxQueueOptions {
-                bypass: false,
-                ..TxQueueOptions::default()
-            },
-        );
-        let mut metas = vec![udp_meta(1, 2, 1, 0); 32];
-        let mut out = Vec::new();
-        let mut pkts = vec![TestPacket::new(1000, 1, 0), TestPacket::new(1000, 1, 1)];
-        q.enqueue_burst_into(0, &mut pkts, &mut metas, |_, _| {}, &mut out);
-        let next = match q.run(0, 8, &mut out, |o| o.clear()) {
-            RunResult::Ran {
-                next: NextRun::At(t),
-                ..
-            } => t,
-            other => panic!("unexpected {other:?}"),
-        };
-        assert!(
-            next > 1_000_000_000,
-            "the next send is seconds away: {next}"
-        );
-        let drops = |q: &TxQueue<TestPacket, Cake<TestPacket>>| -> u64 {
-            q.stats().qdisc_drops.iter().sum()
-        };
-        for (i, ms) in (1..=20u64).enumerate() {
-            let mut pkts: Vec<TestPacket> = (0..32)
-                .map(|s| TestPacket::new(1000, 1, 100 * i as u64 + s))
-                .collect();
-            q.enqueue_burst_into(ms * 1_000_000, &mut pkts, &mut metas, |_, _| {}, &mut out);
-        }
-        // 640 more offered, at most 10 held: the rest were dropped, and the counters say so
-        // although no run has happened since.
-        assert!(drops(&q) >= 600, "drops published: {}", drops(&q));
-        assert!(q.stats().enqueued >= 640, "{:?}", q.stats());
-    }
-
-    #[test]
-    fn a_bypassing_burst_needs_no_run() {
-        let q = fifo_queue(true, 8);
-        let meta = udp_meta(1, 2, 1, 0);
-        let burst = (0..4).map(|seq| (TestPacket::new(64, 1, seq), &meta));
-        let mut sent = Vec::new();
-        let outcome = q.enqueue_burst(0, burst, |r| {
-            if let Intake::Bypass(p) = r {
-                sent.push(p.seq);
-            }
-        });
-        assert_eq!(outcome.bypassed, 4);
-        assert!(!outcome.run_needed);
-        assert_eq!(sent, vec![0, 1, 2, 3]);
-        assert_eq!(q.stats().bypassed, 4);
-    }
-
-    /// A classifier that writes the meta from the packet (DSCP = flow, so the FIFO band
-    /// shows that the meta was used) and records which packets it saw.
-    fn recording_classifier(seen: &mut Vec<u64>) -> impl FnMut(&TestPacket, &mut PacketMeta) + '_ {
-        |p, m| {
-            seen.push(p.seq);
-            *m = udp_meta(1, 2, p.flow, p.flow as u8);
-        }
-    }
-
-    /// Offers `pkts` at time 0 through a recording classifier; returns the outcome and
-    /// the sequence numbers the classifier saw. Every packet is taken: bypassed to `out`,
-    /// queued or dropped.
-    fn offer_recording(
-        q: &TxQueue<TestPacket, Fifo<TestPacket>>,
-        mut pkts: Vec<TestPacket>,
-        out: &mut Vec<TestPacket>,
-    ) -> (BurstOutcome, Vec<u64>) {
-        let mut metas = vec![PacketMeta::default(); pkts.len()];
-        let mut seen = Vec::new();
-        let outcome = q.enqueue_burst_into(
-            0,
-            &mut pkts,
-            &mut metas,
-            recording_classifier(&mut seen),
-            out,
-        );
-        assert!(pkts.is_empty(), "the offer takes every packet");
-        (outcome, seen)
-    }
-
-    fn burst(seqs: std::ops::Range<u64>, flow: u32) -> Vec<TestPacket> {
-        seqs.map(|seq| TestPacket::new(64, flow, seq)).collect()
-    }
-
-    #[test]
-    fn a_burst_that_bypasses_an_empty_fifo_is_never_classified_and_is_not_moved() {
-        let q = fifo_queue(true, 8);
-        let mut pkts = burst(0..4, 1);
-        let buffer = pkts.as_ptr();
-        let mut metas = vec![PacketMeta::default(); 4];
-        let mut seen = Vec::new();
-        let mut out = Vec::with_capacity(8);
-        let outcome = q.enqueue_burst_into(
-            0,
-            &mut pkts,
-            &mut metas,
-            recording_classifier(&mut seen),
-            &mut out,
-        );
-        assert_eq!((outcome.bypassed, outcome.queued), (4, 0));
-        assert_eq!((outcome.bypassed_bytes, outcome.offered_bytes), (256, 256));
-        assert!(!outcome.run_needed);
-        assert!(
-            seen.is_empty(),
-            "bypassed packets were classified: {seen:?}"
-        );
-        assert!(pkts.is_empty());
-        // The whole burst changed hands by swapping buffers.
-        assert_eq!(out.as_ptr(), buffer);
-        assert_eq!(out.iter().map(|p| p.seq).collect::<Vec<_>>(), [0, 1, 2, 3]);
-        // Into a non-empty `out`, the burst is appended behind what is there.
-        let mut pkts = burst(4..6, 1);
-        let mut seen = Vec::new();
-        q.enqueue_burst_into(
-            0,
-            &mut pkts,
-            &mut metas,
-            recording_classifier(&mut seen),
-            &mut out,
-        );
-        assert!(seen.is_empty());
-        assert_eq!(
-            out.iter().map(|p| p.seq).collect::<Vec<_>>(),
-            [0, 1, 2, 3, 4, 5]
-        );
-        let s = q.stats();
-        assert_eq!((s.bypassed, s.sent_bytes, s.enqueued), (6, 6 * 64, 0));
-    }
-
-    #[test]
-    fn a_packet_that_is_queued_is_classified_exactly_once() {
-        // Bypass off: every packet goes into the qdisc, each classified once, and the
-        // classification is what the qdisc sorts by (DSCP 46 leaves first).
-        let q = fifo_queue(false, 8);
-        let pkts = vec![TestPacket::new(64, 0, 0), TestPacket::new(64, 46, 1)];
-        let mut out = Vec::new();
-        let (outcome, seen) = offer_recording(&q, pkts, &mut out);
-        assert_eq!((outcome.bypassed, outcome.queued), (0, 2));
-        assert_eq!((outcome.bypassed_bytes, outcome.offered_bytes), (0, 128));
-        assert!(outcome.run_needed);
-        assert_eq!(seen, [0, 1]);
-        assert!(out.is_empty());
-        let mut sent = Vec::new();
-        q.run(0, 8, &mut sent, |_| {});
-        assert_eq!(sent.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 0]);
-
-        // A backlog: the burst queues behind it, classified once each.
-        let q = fifo_queue(true, 8);
-        let guard = q.runner.try_lock_idle().unwrap();
-        let (outcome, seen) = offer_recording(&q, burst(0..2, 1), &mut out);
-        // The runner was held: both went to the intake, classified.
-        assert_eq!((outcome.bypassed, outcome.queued), (0, 2));
-        assert_eq!(seen, [0, 1]);
-        drop(guard);
-        // Packets wait in the intake: this burst queues behind them, also classified once.
-        let (outcome, seen) = offer_recording(&q, burst(2..4, 1), &mut out);
-        assert_eq!((outcome.bypassed, outcome.queued), (0, 2));
-        assert_eq!(seen, [2, 3]);
-        assert!(out.is_empty());
-        let mut sent = Vec::new();
-        q.run(0, 8, &mut sent, |_| {});
-        assert_eq!(sent.iter().map(|p| p.seq).collect::<Vec<_>>(), [0, 1, 2, 3]);
-    }
-
-    #[test]
-    fn an_unclassified_burst_into_a_full_intake_is_dropped_and_counted() {
-        let q = fifo_queue(true, 1);
-        let guard = q.runner.try_lock_idle().unwrap();
-        let (outcome, seen) = offer_recording(&q, burst(0..3, 1), &mut Vec::new());
-        assert_eq!((outcome.queued, outcome.dropped), (1, 2));
-        assert_eq!(outcome.offered_bytes, 3 * 64);
-        // Packets beyond the intake's room are dropped without being classified.
-        assert_eq!(seen, [0]);
-        drop(guard);
-        assert_eq!(q.stats().drops(DropReason::IntakeFull), 2);
-    }
-
-    #[test]
-    fn cake_reads_the_meta_to_bypass_so_every_packet_is_classified_once() {
-        let q = TxQueue::new(
-            Cake::new(&CakeConfig::default()).unwrap(),
-            TxQueueOptions::default(),
-        );
-        let mut pkts = burst(0..4, 1);
-        let mut metas = vec![PacketMeta::default(); 4];
-        let mut seen = Vec::new();
-        let mut out = vec![TestPacket::new(64, 9, 99)];
-        let outcome = q.enqueue_burst_into(
-            0,
-            &mut pkts,
-            &mut metas,
-            recording_classifier(&mut seen),
-            &mut out,
-        );
-        assert_eq!(outcome.bypassed, 4);
-        assert_eq!((outcome.bypassed_bytes, outcome.offered_bytes), (256, 256));
-        assert_eq!(seen, [0, 1, 2, 3]);
-        assert_eq!(
-            out.iter().map(|p| p.seq).collect::<Vec<_>>(),
-            [99, 0, 1, 2, 3]
-        );
-        assert_eq!(q.stats().bypassed, 4);
-    }
-
-    /// The lazy path leaves the queue exactly as the classified path does.
-    #[test]
-    fn a_peer_queues_behind_held_packets_through_the_intake_without_the_lock() {
-        let q = fifo_queue(true, 8);
-        // One flow, one DSCP: the FIFO's bands keep it in order.
-        let classify = |_: &TestPacket, m: &mut PacketMeta| *m = udp_meta(1, 2, 1, 0);
-        let mut out = Vec::new();
-        let mut metas = vec![PacketMeta::default(); 8];
-        // On an empty queue a peer's burst bypasses, as any burst does.
-        let o = q.enqueue_burst_as_peer(0, &mut burst(0..2, 1), &mut metas, classify, &mut out);
-        assert_eq!((o.bypassed, o.queued), (2, 0));
-        // The bypass is off for this one (the FIFO's credit is not the point): queue 2 packets.
-        let held = fifo_queue(false, 8);
-        let o = held.enqueue_burst_into(0, &mut burst(0..2, 1), &mut metas, classify, &mut out);
-        assert_eq!(
-            (o.queued, held.intake.len(), held.backlog()),
-            (2, 0, 2),
-            "into the FIFO"
-        );
-        // While the queue holds packets, a peer's burst goes to the intake even with the
-        // runner lock free: the FIFO's count does not move until the runner drains it.
-        let o = held.enqueue_burst_as_peer(1, &mut burst(2..5, 1), &mut metas, classify, &mut out);
-        assert_eq!((o.queued, o.dropped), (3, 0));
-        assert_eq!((held.intake.len(), held.backlog()), (3, 5));
-        assert!(!held.peer_offer_would_drop());
-        let mut sent = Vec::new();
-        held.run(2, 32, &mut sent, |_| {});
-        let seqs: Vec<u64> = sent.iter().map(|p| p.seq).collect();
-        assert_eq!(seqs, vec![0, 1, 2, 3, 4], "in order, nothing lost");
-    }
-
-    #[test]
-    fn a_full_intake_drops_a_peers_burst_unclassified_and_says_so_beforehand() {
-        let q = fifo_queue(false, 4);
-        let mut out = Vec::new();
-        let mut metas = vec![PacketMeta::default(); 8];
-        let classified = std::cell::Cell::new(0);
-        let classify = |p: &TestPacket, m: &mut PacketMeta| {
-            classified.set(classified.get() + 1);
-            *m = udp_meta(1, 2, 1, p.seq as u8);
-        };
-        q.enqueue_burst_into(0, &mut burst(0..1, 1), &mut metas, classify, &mut out);
-        let o = q.enqueue_burst_as_peer(0, &mut burst(1..7, 1), &mut metas, classify, &mut out);
-        assert_eq!((o.queued, o.dropped), (4, 2), "4 fit the intake");
-        assert_eq!(
-            classified.get(),
-            5,
-            "the 2 that could not fit were never classified"
-        );
-        assert!(q.peer_offer_would_drop());
-        let o = q.enqueue_burst_as_peer(0, &mut burst(7..9, 1), &mut metas, classify, &mut out);
-        assert_eq!((o.queued, o.dropped), (0, 2));
-        assert_eq!(q.stats().drops(DropReason::IntakeFull), 4);
-        let mut sent = Vec::new();
-        q.run(1, 32, &mut sent, |_| {});
-        assert_eq!(
-            sent.len(),
-            1 + 4,
-            "conservation: 9 offered = 5 sent + 4 dropped"
-        );
-        assert!(!q.peer_offer_would_drop());
-    }
-
-    #[test]
-    fn enqueue_burst_into_matches_enqueue_burst() {
-        for bypass in [true, false] {
-            let (a, b) = (fifo_queue(bypass, 64), fifo_queue(bypass, 64));
-            let mut sent_a = Vec::new();
-            let mut sent_b = Vec::new();
-            for round in 0..4u64 {
-                let seqs = round * 8..round * 8 + 8;
-                let metas: Vec<PacketMeta> =
-                    seqs.clone().map(|s| udp_meta(1, 2, 1, s as u8)).collect();
-                a.enqueue_burst(
-                    round,
-                    burst(seqs.clone(), 1).into_iter().zip(metas.iter()),
-                    |r| {
-                        if let Intake::Bypass(p) = r {
-                            sent_a.push(p);
-                        }
-                    },
-                );
-                let mut pkts = burst(seqs, 1);
-                let mut lazy_metas = vec![PacketMeta::default(); 8];
-                b.enqueue_burst_into(
-                    round,
-                    &mut pkts,
-                    &mut lazy_metas,
-                    |p, m| *m = udp_meta(1, 2, 1, p.seq as u8),
-                    &mut sent_b,
-                );
-                if round % 2 == 1 {
-                    a.run(round, 32, &mut sent_a, |_| {});
-                    b.run(round, 32, &mut sent_b, |_| {});
-                }
-            }
-            a.run(9, 64, &mut sent_a, |_| {});
-            b.run(9, 64, &mut sent_b, |_| {});
-            assert_eq!(sent_a, sent_b);
-            assert_eq!(a.stats(), b.stats());
-        }
-    }
-
-    #[test]
-    fn bypassed_bytes_count_in_exactly_one_sync_window() {
-        // A burst that makes a sync due closes the window [last sync, now) first and then
-        // adds its own bytes, delivered at `now`, to the next one (as `run` does with what
-        // it dequeues after its sync). No byte is lost or counted in two windows.
-        let q = fifo_queue(true, 8);
-        let interval = q.shared().sync_interval_ns();
-        q.run(0, 8, &mut Vec::new(), |_| {});
-        let mut metas = vec![PacketMeta::default(); 10];
-        let mut out = Vec::new();
-        let mut offer = |t: u64| {
-            let mut pkts: Vec<TestPacket> = (0..10).map(|s| TestPacket::new(100, 1, s)).collect();
-            let o = q.enqueue_burst_into(t, &mut pkts, &mut metas, |_, _| {}, &mut out);
-            assert_eq!(o.bypassed, 10);
-        };
-        let measured = |q: &TxQueue<TestPacket, Fifo<TestPacket>>| {
-            q.shared().activity(0).unwrap().measured.bytes_per_sec()
-        };
-        let quarter = interval / 4;
-        for k in 1..=4 {
-            offer(k * quarter);
-        }
-        // Bursts at 1/4, 2/4 and 3/4 of the first window: 3000 bytes.
-        assert_eq!(measured(&q), 3000 * 1_000_000_000 / interval);
-        for k in 5..=8 {
-            offer(k * quarter);
-        }
-        // The burst that closed the first window (at its end) and three more: 4000 bytes.
-        assert_eq!(measured(&q), 4000 * 1_000_000_000 / interval);
-        assert_eq!(q.stats().sent_bytes, 8000);
-    }
-
-    #[test]
-    fn run_is_wanted_exactly_when_it_has_work() {
-        let q = fifo_queue(true, 8);
-        // Nothing synced yet.
-        assert!(q.run_wanted(0));
-        q.run(0, 8, &mut Vec::new(), |_| {});
-        assert!(!q.run_wanted(0));
-        // A burst that bypasses leaves nothing to do, yet publishes its delivery: siblings'
-        // syncs must see this queue as active without a run.
-        let mut out = Vec::new();
-        let mut metas = vec![PacketMeta::default(); 4];
-        q.enqueue_burst_into(1, &mut burst(0..4, 1), &mut metas, |_, _| {}, &mut out);
-        assert_eq!(out.len(), 4);
-        assert!(!q.run_wanted(1));
-        assert_eq!(q.shared().activity(0).unwrap().last_active_ns, 1);
-        // A packet in the intake, then one in the qdisc.
-        let guard = q.runner.try_lock_idle().unwrap();
-        q.enqueue(1, TestPacket::new(64, 1, 4), &udp_meta(1, 2, 1, 0));
-        drop(guard);
-        assert!(q.run_wanted(1));
-        q.run(1, 8, &mut Vec::new(), |_| {});
-        assert!(!q.run_wanted(1));
-        let no_bypass = fifo_queue(false, 8);
-        no_bypass.run(1, 8, &mut Vec::new(), |_| {});
-        no_bypass.enqueue_burst_into(1, &mut burst(0..1, 1), &mut metas, |_, _| {}, &mut out);
-        assert!(no_bypass.run_wanted(1));
-        no_bypass.run(1, 8, &mut Vec::new(), |_| {});
-        assert!(!no_bypass.run_wanted(1));
-        // A sync falls due, a new global rate, a configuration to apply.
-        let interval = q.shared().sync_interval_ns();
-        assert!(q.run_wanted(interval));
-        q.set_rate(Rate::from_bits_per_sec(1_000_000_000));
-        assert!(q.run_wanted(1));
-        q.run(1, 8, &mut Vec::new(), |_| {});
-        assert!(!q.run_wanted(1));
-        q.request_reconfigure(crate::fifo::FifoConfig { limit_packets: 32 })
-            .unwrap();
-        assert!(q.run_wanted(1));
-        q.run(1, 8, &mut Vec::new(), |_| {});
-        assert!(!q.run_wanted(1));
-    }
-}
+mod tests;

@@ -13,7 +13,7 @@ use std::convert::Infallible;
 
 use crate::cake::{diffserv_table, flow_hash, DiffservMode};
 use crate::mq::MqQdisc;
-use crate::{Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
+use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
 
 const FLOWS: usize = 1024;
 const TINS: usize = 3;
@@ -272,8 +272,8 @@ impl<P: Packet> Qdisc<P> for DrrFloor<P> {
         self.backlog
     }
 
-    fn try_bypass(&mut self, _now_ns: u64, _pkt: &P, _meta: &PacketMeta) -> bool {
-        false
+    fn bypass_burst(&mut self, _now_ns: u64, _pkts: &[P], _metas: &[PacketMeta]) -> BurstBypass {
+        BurstBypass::default()
     }
 
     fn set_rate(&mut self, _rate: Rate) {}

@@ -748,6 +748,7 @@ fn supervise<P: PortBuf>(
         started_with: config.clone(),
         latest_text: latest_text.clone(),
         latest_json: latest_json.clone(),
+        fresh: Mutex::new(None),
     });
     control::install(Some(state.clone()));
     if scfg.control_socket != "off" {
@@ -756,7 +757,7 @@ fn supervise<P: PortBuf>(
         } else {
             PathBuf::from(&scfg.control_socket)
         };
-        match control::serve(&path, state, aux_stop.clone()) {
+        match control::serve(&path, state.clone(), aux_stop.clone()) {
             Ok(h) => aux.push(h),
             // The default socket is a convenience (its directory may not be writable
             // without root); a socket the operator named is a requirement.
@@ -790,14 +791,29 @@ fn supervise<P: PortBuf>(
     let running =
         engine::start_with_hook(&ecfg, ports, shapers, hook).context("starting the engine")?;
     let handoff_src = running.handoff_counts();
-    let mut reporter = Reporter::new(Sources {
+    let reporter = Arc::new(Mutex::new(Reporter::new(Sources {
         port_names: port_names.clone(),
         counters: running.counters().clone(),
         queues: views,
         synth: synth.clone(),
         backend,
         handoff: Box::new(handoff_src),
-    });
+    })));
+    {
+        // `ctl stats` answers with the state when asked, not the last interval's.
+        let reporter = Arc::downgrade(&reporter);
+        *state.fresh.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(move || {
+            let Some(reporter) = reporter.upgrade() else {
+                return (String::new(), String::new());
+            };
+            let r = reporter
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .peek(started.elapsed().as_secs_f64());
+            let json = serde_json::to_string(&r).unwrap_or_default();
+            (r.final_text(), format!("{json}\n"))
+        }));
+    }
 
     let mut publish = |r: &Report, live: bool, synth: &[(usize, Arc<SynthStats>)]| {
         let line = serde_json::to_string(r).unwrap_or_default();
@@ -864,7 +880,10 @@ fn supervise<P: PortBuf>(
         }
         if elapsed_ns >= next_report {
             next_report += interval_ns;
-            let r = reporter.report(elapsed_ns as f64 / 1e9);
+            let r = reporter
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .report(elapsed_ns as f64 / 1e9);
             publish(&r, scfg.live, &synth);
             notifier.status(&r.live_line(None));
         }
@@ -879,7 +898,12 @@ fn supervise<P: PortBuf>(
         let _ = s.run(now, 0, &mut out, &mut |_o: &mut Vec<P>| {});
         drop(out);
     }
-    let r = reporter.final_report(started.elapsed().as_secs_f64());
+    // From here on `stats` answers with the final report.
+    *state.fresh.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let r = reporter
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .final_report(started.elapsed().as_secs_f64());
     publish(&r, false, &synth);
     aux_stop.store(true, Ordering::Relaxed);
     for h in aux {

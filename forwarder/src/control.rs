@@ -124,6 +124,30 @@ pub struct ControlState {
     pub latest_text: Arc<Mutex<String>>,
     /// Latest JSON report.
     pub latest_json: Arc<Mutex<String>>,
+    /// Builds a report now, as (text, JSON), once the forwarder runs: `stats` answers with
+    /// the state as of the question (a rate just set shows at once), not as of the last
+    /// interval. Until it is set, the latest report is the answer.
+    pub fresh: Mutex<Option<FreshReport>>,
+}
+
+/// Builds a report when asked: (text, one JSON object).
+pub type FreshReport = Box<dyn Fn() -> (String, String) + Send + Sync>;
+
+impl ControlState {
+    fn report(&self, json: bool) -> String {
+        let fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(build) = fresh.as_ref() {
+            let (text, json_text) = build();
+            return if json { json_text } else { text };
+        }
+        drop(fresh);
+        let latest = if json {
+            &self.latest_json
+        } else {
+            &self.latest_text
+        };
+        latest.lock().map(|s| s.clone()).unwrap_or_default()
+    }
 }
 
 static CURRENT: OnceLock<Mutex<Option<Arc<ControlState>>>> = OnceLock::new();
@@ -201,16 +225,8 @@ pub fn handle_command(st: &ControlState, line: &str) -> String {
     let words: Vec<&str> = line.split_whitespace().collect();
     match words.as_slice() {
         [] => "error: empty command; try 'stats' or 'set rate 500mbit'".into(),
-        ["stats"] | ["stats", "text"] => st
-            .latest_text
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default(),
-        ["stats", "json"] => st
-            .latest_json
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default(),
+        ["stats"] | ["stats", "text"] => st.report(false),
+        ["stats", "json"] => st.report(true),
         ["set", "rate", r] | ["set", "bandwidth", r] => {
             match crate::config::units::parse_rate(r) {
                 Ok(rate) => {
@@ -508,6 +524,7 @@ mod tests {
             started_with: Config::default(),
             latest_text: Arc::new(Mutex::new("text report".into())),
             latest_json: Arc::new(Mutex::new("{}".into())),
+            fresh: Mutex::new(None),
         })
     }
 
@@ -572,6 +589,7 @@ mod tests {
             started_with: two_queues,
             latest_text: Arc::new(Mutex::new(String::new())),
             latest_json: Arc::new(Mutex::new(String::new())),
+            fresh: Mutex::new(None),
         };
         let reply = handle_command(&st, "set autorate-ingress");
         assert!(

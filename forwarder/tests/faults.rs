@@ -477,3 +477,45 @@ fn a_capture_with_a_damaged_record_length_is_called_damaged_not_cut_short() {
         "{stderr}"
     );
 }
+
+#[test]
+fn ctl_stats_right_after_set_rate_shows_the_new_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = ctl_path(dir.path());
+    let mut c = cakewalk_run();
+    c.args([
+        "--duration",
+        "30s",
+        "--rate",
+        "20mbit",
+        "--control",
+        &s(&sock),
+    ])
+    .args(["--set", "stats.interval=\"5s\""]);
+    let mut child = spawn(c);
+    wait_for_socket(&sock);
+    let json_stats = || -> serde_json::Value {
+        let (_, reply) = ctl(&sock, &["stats", "--json"]);
+        serde_json::from_str(reply.trim()).unwrap_or(serde_json::Value::Null)
+    };
+    // Wait for an interval report, so that a stale answer would be one with the old rate.
+    let start = Instant::now();
+    while json_stats()["queues"].as_array().is_none() && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, reply) = ctl(&sock, &["set", "rate", "50mbit"]);
+    assert!(ok, "{reply}");
+    let v = json_stats();
+    let _ = child.kill();
+    let _ = child.wait();
+    let rates: Vec<u64> = v["queues"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|q| q["rate_bps"].as_u64().unwrap())
+        .collect();
+    assert!(
+        !rates.is_empty() && rates.iter().all(|&r| r == 50_000_000),
+        "{rates:?}"
+    );
+}

@@ -259,15 +259,25 @@ impl Reporter {
 
     /// Builds an interval report at `elapsed_s`.
     pub fn report(&mut self, elapsed_s: f64) -> Report {
-        self.build(elapsed_s, false)
+        let (r, snap) = self.build(elapsed_s, false);
+        self.last = Some((snap, elapsed_s));
+        r
     }
 
     /// Builds the final report (call after the workers stopped and the queues published).
     pub fn final_report(&mut self, elapsed_s: f64) -> Report {
-        self.build(elapsed_s, true)
+        let (r, snap) = self.build(elapsed_s, true);
+        self.last = Some((snap, elapsed_s));
+        r
     }
 
-    fn build(&mut self, elapsed_s: f64, final_report: bool) -> Report {
+    /// A report as of `elapsed_s` for someone who asked (`ctl stats`), with rates over the
+    /// time since the last interval report: the interval reports are not disturbed.
+    pub fn peek(&self, elapsed_s: f64) -> Report {
+        self.build(elapsed_s, false).0
+    }
+
+    fn build(&self, elapsed_s: f64, final_report: bool) -> (Report, Snapshot) {
         let s = &self.sources;
         let snap = s.counters.snapshot();
         let layout = snap.layout;
@@ -358,8 +368,7 @@ impl Reporter {
         let transmitted: u64 = ports.iter().map(|p| p.tx_packets).sum();
         let conservation =
             Conservation::check(received, transmitted, dropped, queued_total, final_report);
-        self.last = Some((snap, elapsed_s));
-        Report {
+        let report = Report {
             elapsed_s,
             final_report,
             ports,
@@ -368,7 +377,8 @@ impl Reporter {
             synth,
             backend,
             conservation,
-        }
+        };
+        (report, snap)
     }
 }
 

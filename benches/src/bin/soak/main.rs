@@ -2,9 +2,9 @@
 //! changes everything an operator, a client or a network can change under it, and checks
 //! that it keeps its promises throughout:
 //!
-//! - it stays live: a stats report every interval, packets received all along, and a queue
-//!   shaped at 1 Mbit/s or more never goes seconds without sending (a raised rate takes
-//!   effect at once);
+//! - it stays live: a stats report every interval, counters that never go down, packets
+//!   received all along, and a queue shaped at 1 Mbit/s or more never goes seconds without
+//!   sending (a raised rate takes effect at once);
 //! - every control request is answered within the reply deadline, whatever other clients do;
 //! - SIGTERM ends it within `engine.drain_timeout` plus one second, exit status 0;
 //! - conservation holds at exit (received = transmitted + dropped + queued), and the control
@@ -496,6 +496,9 @@ fn run_cycle(
         j.fail(&s);
     }
     for f in monitor::progress_failures(&samples, &quiet, PROGRESS_WINDOW_S) {
+        j.fail(&f);
+    }
+    for f in monitor::counters_going_down(&samples) {
         j.fail(&f);
     }
     let conservation = std::fs::read_to_string(&stdout)

@@ -198,6 +198,21 @@ pub(crate) fn progress_failures(
     out
 }
 
+/// Counters never go down while the forwarder runs (docs/metrics.md): finds the reports
+/// where port A's received or port B's transmitted count is below the report before.
+pub(crate) fn counters_going_down(samples: &[Sample]) -> Vec<String> {
+    samples
+        .windows(2)
+        .filter(|w| w[1].rx_a < w[0].rx_a || w[1].tx_b < w[0].tx_b)
+        .map(|w| {
+            format!(
+                "counters went down between the reports at {:.1}s and {:.1}s: rx {} -> {}, tx {} -> {}",
+                w[0].elapsed_s, w[1].elapsed_s, w[0].rx_a, w[1].rx_a, w[0].tx_b, w[1].tx_b
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +249,14 @@ mod tests {
             f[0].contains("port B sent nothing between 4.0s and 7.0s"),
             "{f:?}"
         );
+    }
+
+    #[test]
+    fn a_counter_going_down_is_found() {
+        let v = [s(1.0, 10, 5, 0), s(2.0, 12, 4, 0), s(3.0, 13, 6, 0)];
+        let f = counters_going_down(&v);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].contains("tx 5 -> 4"), "{f:?}");
     }
 
     #[test]

@@ -485,3 +485,115 @@ fn a_port_whose_interface_is_deleted_stops_the_forwarder_with_the_reason() {
     );
     assert!(stdout.contains("conservation:"), "{stdout}");
 }
+
+#[test]
+#[ignore = "needs root: creates a network namespace and veths; run scripts/test lab"]
+fn a_link_that_goes_down_and_up_again_forwards_again_by_itself() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    // docs/operations.md: "A link that only goes down and up again is not a failure: the
+    // sockets stay bound and forwarding resumes by itself." A second cakewalk generates into
+    // the forwarder's port a over the veth pb -> pa.
+    let ns = Netns::new("flap");
+    for (a, b) in [("pa", "pb"), ("qa", "qb")] {
+        ns.ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
+        for dev in [a, b] {
+            ns.ip(&["link", "set", dev, "up"]);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("stats.json");
+    let spawn = |args: &[&str]| {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.0,
+                env!("CARGO_BIN_EXE_cakewalk"),
+                "run",
+            ])
+            .args(["--set", "engine.pin=false", "--control", "off"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run cakewalk")
+    };
+    let json_arg = json.display().to_string();
+    let mut fwd = spawn(&[
+        "--port-kind",
+        "afpacket",
+        "--iface",
+        "pa,qa",
+        "--duration",
+        "0",
+        "--stats-json",
+        &json_arg,
+        "--set",
+        "stats.interval=\"100ms\"",
+    ]);
+    let mut generator = spawn(&[
+        "--duration",
+        "30s",
+        "--set",
+        "ports.b.kind=\"afpacket\"",
+        "--set",
+        "ports.b.iface=\"pb\"",
+        "--set",
+        "ports.synth.rate=\"5mbit\"",
+    ]);
+    let received = || {
+        std::fs::read_to_string(&json)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .next_back()
+            .and_then(|l| l["ports"][0]["rx_packets"].as_u64())
+            .unwrap_or(0)
+    };
+    let wait_for_more_than = |n: u64, what: &str| {
+        let start = std::time::Instant::now();
+        while received() <= n {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{what}: port a received {} packets, no more than {n}",
+                received()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for_more_than(100, "before the flap");
+    ns.ip(&["link", "set", "pa", "down"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    ns.ip(&["link", "set", "pa", "up"]);
+    let at_up = received();
+    wait_for_more_than(at_up + 100, "after the link came back up");
+    assert!(fwd.try_wait().unwrap().is_none(), "stopped on a link flap");
+    let _ = Command::new("kill")
+        .args(["-TERM", &fwd.id().to_string()])
+        .status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &generator.id().to_string()])
+        .status();
+    let start = std::time::Instant::now();
+    while fwd.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = fwd.kill();
+    let _ = generator.kill();
+    let _ = generator.wait();
+    let out = fwd.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("conservation:") && stdout.contains(": ok"),
+        "{stdout}"
+    );
+}

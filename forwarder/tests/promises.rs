@@ -1,0 +1,305 @@
+//! What README.md and docs/operations.md promise about live changes, checked on the real
+//! binary with the built-in generator:
+//!
+//! - `cakewalk ctl ... set rate` is hitless: rate changes lose no packet of a load every
+//!   rate carries (README, "Using it");
+//! - a live diffserv change, over the control socket or by SIGHUP, drops nothing queued
+//!   (docs/operations.md, "Reload without dropping packets"): packets wait in tins that the
+//!   new mode no longer has when the change comes;
+//! - the control socket is its owner's alone: mode 0600, and another user is refused.
+//!
+//! The two diffserv tests are ignored while that promise is broken (see their reason).
+//! Each run is bounded by a packet count and a deadline; the generator's packets are
+//! ECN-capable, so CAKE's AQM marks instead of dropping and any drop is a lost packet.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A forwarder running until SIGTERM, with its stats file and control socket.
+struct Running {
+    child: Option<Child>,
+    json: PathBuf,
+    sock: PathBuf,
+}
+
+impl Running {
+    /// Starts `cakewalk run ARGS` with a control socket and a stats file (every 100 ms) in
+    /// `dir`, and waits for the socket.
+    fn start(dir: &Path, args: &[&str]) -> Running {
+        let json = dir.join("stats.json");
+        let sock = dir.join("ctl.sock");
+        let child = Command::new(env!("CARGO_BIN_EXE_cakewalk"))
+            .args(["run", "--duration", "0", "--set", "engine.pin=false"])
+            .args(["--set", "stats.interval=\"100ms\"", "--control"])
+            .arg(&sock)
+            .arg("--stats-json")
+            .arg(&json)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary runs");
+        let mut r = Running {
+            child: Some(child),
+            json,
+            sock,
+        };
+        let sock = r.sock.clone();
+        r.wait_for("the control socket", |_| sock.exists());
+        r
+    }
+
+    fn reports(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.json)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Waits (at most 60 s) until `ok` holds for the reports so far.
+    fn wait_for(&mut self, what: &str, ok: impl Fn(&[Value]) -> bool) {
+        let start = Instant::now();
+        while !ok(&self.reports()) {
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || start.elapsed() > Duration::from_secs(60) {
+                let out = self.stop();
+                panic!(
+                    "waiting for {what}: {}\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn ctl(&self, command: &str) {
+        let reply = forwarder::control::client::send(&self.sock, command).expect("ctl answers");
+        assert!(reply.starts_with("ok"), "{command}: {reply}");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .is_ok_and(|s| s.success()));
+    }
+
+    /// SIGTERM, then the output (killed after 30 s).
+    fn stop(&mut self) -> Output {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        child.wait_with_output().expect("output")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Port B's queue counters in a report.
+fn queued(r: &Value) -> u64 {
+    r["queues"]
+        .as_array()
+        .map(|qs| {
+            qs.iter()
+                .filter(|q| q["port"] == "b")
+                .filter_map(|q| q["queued"].as_u64())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn synth_sent(r: &Value) -> u64 {
+    r["synth"][0]["sent_packets"].as_u64().unwrap_or(0)
+}
+
+/// The final report, checked: clean exit, conservation, no drop of any reason, nothing lost
+/// or reordered at the sink, every packet sent.
+fn assert_nothing_lost(out: &Output, reports: &[Value], packets: u64) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    let last = reports.last().expect("a final report");
+    assert_eq!(last["final_report"], true, "{stdout}");
+    assert_eq!(last["conservation"]["ok"], true, "{}", last["conservation"]);
+    let drops = &last["drops"];
+    let dropped: u64 = drops
+        .as_object()
+        .expect("drops by reason")
+        .values()
+        .filter_map(Value::as_u64)
+        .sum();
+    assert_eq!(dropped, 0, "dropped {drops}\n{stdout}");
+    let synth = &last["synth"][0];
+    assert_eq!(synth["sent_packets"], packets, "{synth}");
+    assert_eq!(synth["lost"], 0, "{synth}");
+    assert_eq!(synth["received_packets"], packets, "{synth}");
+}
+
+#[test]
+fn rate_changes_over_the_control_socket_lose_no_packet() {
+    // Every rate below carries the 4 Mbit/s offered: what a rate change alone costs shows
+    // as a drop or a loss.
+    let dir = tempfile::tempdir().unwrap();
+    let packets = 6000;
+    let mut fwd = Running::start(
+        dir.path(),
+        &[
+            "--rate",
+            "20mbit",
+            "--set",
+            "ports.synth.rate=\"4mbit\"",
+            "--set",
+            &format!("ports.synth.packets={packets}"),
+            "--set",
+            "ports.synth.ecn=true",
+        ],
+    );
+    fwd.wait_for("traffic", |r| r.last().is_some_and(|l| synth_sent(l) > 200));
+    for rate in [
+        "50mbit",
+        "12mbit",
+        "unlimited",
+        "10mbit",
+        "1gbit",
+        "16mbit",
+        "10gbit",
+        "12mbit",
+        "40mbit",
+    ] {
+        fwd.ctl(&format!("set rate {rate}"));
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    fwd.wait_for("every packet sent and the queues empty", |r| {
+        r.last()
+            .is_some_and(|l| synth_sent(l) == packets && queued(l) == 0)
+    });
+    let out = fwd.stop();
+    assert_nothing_lost(&out, &fwd.reports(), packets);
+}
+
+/// Runs 1500 ECN-capable packets of four DSCPs (four diffserv4 tins) at 8 Mbit/s into a
+/// 1 Mbit/s queue, calls `change` once a backlog of at least 300 packets waits, and checks
+/// that every packet arrives.
+fn diffserv_change_while_queued(config: &str, change: impl FnOnce(&Running, &Path)) {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("cakewalk.toml");
+    std::fs::write(&conf, config).unwrap();
+    let packets = 1500;
+    let mut fwd = Running::start(
+        dir.path(),
+        &[
+            "--config",
+            &conf.display().to_string(),
+            "--set",
+            "engine.drain_timeout=\"60s\"",
+        ],
+    );
+    fwd.wait_for("a backlog of 300 packets", |r| {
+        r.last().is_some_and(|l| queued(l) >= 300)
+    });
+    change(&fwd, &conf);
+    fwd.wait_for("every packet sent and the queues empty", |r| {
+        r.last()
+            .is_some_and(|l| synth_sent(l) == packets && queued(l) == 0)
+    });
+    let out = fwd.stop();
+    let reports = fwd.reports();
+    let tins = reports.last().unwrap()["queues"][1]["tins"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert_eq!(tins, 1, "besteffort in force at the end");
+    assert_nothing_lost(&out, &reports, packets);
+}
+
+fn config(diffserv: &str) -> String {
+    format!(
+        "[shaper]\nrate = \"1mbit\"\ndiffserv = \"{diffserv}\"\n\
+         [ports.synth]\nrate = \"8mbit\"\npackets = 1500\nsize = 200\necn = true\n\
+         dscp = \"0:1,ef:1,cs1:1,af41:1\"\n"
+    )
+}
+
+#[test]
+#[ignore = "broken promise: a live change to fewer tins still drops what waits in the tins that go (about 400 of 1500 here); run with --include-ignored, and drop this line once the queued packets are moved instead"]
+fn a_diffserv_change_over_the_control_socket_keeps_every_queued_packet() {
+    diffserv_change_while_queued(&config("diffserv4"), |fwd, _| {
+        fwd.ctl("set diffserv besteffort");
+    });
+}
+
+#[test]
+#[ignore = "broken promise: a live change to fewer tins still drops what waits in the tins that go (about 400 of 1500 here); run with --include-ignored, and drop this line once the queued packets are moved instead"]
+fn a_diffserv_change_by_sighup_keeps_every_queued_packet() {
+    diffserv_change_while_queued(&config("diffserv4"), |fwd, conf| {
+        std::fs::write(conf, config("besteffort")).unwrap();
+        fwd.signal("-HUP");
+    });
+}
+
+#[test]
+fn the_control_socket_is_its_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // A directory anyone may enter, so that only the socket's own mode can refuse.
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut fwd = Running::start(&open, &["--rate", "10mbit"]);
+    let mode = std::fs::metadata(&fwd.sock).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "socket mode {mode:o}");
+    fwd.ctl("set rate 20mbit");
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid() == 0
+    });
+    let setpriv = Path::new("/usr/bin/setpriv").exists();
+    if root && setpriv {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_cakewalk"))
+            .args(["ctl", "--socket"])
+            .arg(&fwd.sock)
+            .args(["set", "rate", "1kbit"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "another user changed the rate");
+        assert!(
+            stderr.to_lowercase().contains("permission denied"),
+            "{stderr}"
+        );
+    } else {
+        eprintln!("SKIP the other-user half: needs root and setpriv");
+    }
+    let out = fwd.stop();
+    assert!(out.status.success());
+    let last = fwd.reports().pop().unwrap();
+    assert_eq!(
+        last["queues"][1]["rate_bps"], 20_000_000,
+        "only the owner's change"
+    );
+}

@@ -431,9 +431,12 @@ impl PacketSpec {
             }
             Some(len)
         });
-        let mut meta = match built {
-            Some(len) => wire::parse(&buf[..len]).meta,
-            None => self.meta_without_ports(),
+        // An IPv6 extension header number (hop-by-hop, routing, fragment, ...) as the
+        // protocol has no content to walk here: the parser would read zeros as the next
+        // header. Such a spec is explained from its fields, as is one that does not build.
+        let mut meta = match built.map(|len| wire::parse(&buf[..len])) {
+            Some(p) if p.malformed.is_none() && p.meta.keys.protocol == self.protocol => p.meta,
+            _ => self.meta_without_ports(),
         };
         meta.mark = self.mark;
         meta
@@ -443,7 +446,7 @@ impl PacketSpec {
         let mut meta = PacketMeta {
             dscp: self.dscp,
             ecn: self.ecn,
-            l2_len: 14,
+            l2_len: 14 + 4 * self.vlan.len() as u16,
             ..PacketMeta::default()
         };
         let k = &mut meta.keys;
@@ -826,6 +829,25 @@ mod tests {
             let q = PacketSpec::parse(&format!("{name} 10.0.0.1:2 > 10.0.0.2:80")).unwrap();
             let other = explain(&q, &CakeConfig::default(), 2).unwrap();
             assert_ne!(e.class.flow_hash, other.class.flow_hash, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_protocol_number_keeps_its_number_dscp_and_ecn_in_both_families() {
+        for spec in [
+            "10.0.0.1:1 > 10.0.0.2:2",
+            "[2001:db8::1]:1 > [2001:db8::2]:2",
+        ] {
+            for proto in 0..=255u8 {
+                let p =
+                    PacketSpec::parse(&format!("{proto} {spec} dscp ef ecn ce vlan 7")).unwrap();
+                let m = p.meta();
+                assert_eq!(
+                    (m.keys.protocol, m.dscp, m.ecn),
+                    (proto, 46, 3),
+                    "{proto} {spec}"
+                );
+            }
         }
     }
 

@@ -349,10 +349,10 @@ pub struct ExplainArgs {
     /// Protocol, when the spec names none (an error when it does).
     #[arg(long)]
     pub proto: Option<String>,
-    /// Source address[:port], instead of a spec.
+    /// Source address with an optional port ("10.0.0.1:1234"), instead of a spec.
     #[arg(long)]
     pub src: Option<String>,
-    /// Destination address[:port], instead of a spec.
+    /// Destination address with an optional port ("10.0.0.2:80"), instead of a spec.
     #[arg(long)]
     pub dst: Option<String>,
     /// DSCP, when not in the spec (number or name).

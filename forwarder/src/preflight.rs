@@ -479,12 +479,12 @@ pub fn check_link(port: &str, iface: &str, link: &LinkFacts, buffer_size: usize,
     let segmenting = on(&[("tso", tso), ("gso", gso)]);
     let veth = link.driver.as_deref() == Some("veth");
     let sender_note = if veth {
-        format!(" '{iface}' is a veth: frames arrive as its peer sent them, so the peer (`ip link show {iface}` names it after the @) needs tso and gso off too, or TCP arrives as super-frames all the same")
+        format!(" '{iface}' is a veth: frames arrive as its peer sent them, so the peer (`ip link show {iface}` names it after the @) needs tso and gso off too, or TCP arrives as super-frames all the same.")
     } else if segmenting.is_empty() {
         String::new()
     } else {
         format!(
-            " ({} on '{iface}' only change what this host's own stack sends out of it, not what cakewalk forwards)",
+            " {} on '{iface}' only change what this host's own stack sends out of it, not what cakewalk forwards.",
             segmenting.join(", ")
         )
     };

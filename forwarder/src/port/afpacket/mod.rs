@@ -15,7 +15,8 @@
 //! whose peer has offloads on, or a jumbo frame) cannot be forwarded intact: it is counted in
 //! `rx_oversize` and dropped, deliberately, rather than forwarded truncated. Turn the offloads
 //! off on the hosts that send into the port (`ethtool -K DEV tx off tso off gso off gro off`)
-//! or raise the pool's buffer size.
+//! or raise the pool's buffer size. `cakewalk preflight --config FILE` reads the port's GRO,
+//! LRO, TSO and GSO state and MTU through [`link_facts`] and names the fix before a start.
 //!
 //! **Checksum offload.** A sender with `tx-checksumming` on (every veth by default) leaves
 //! TCP and UDP checksums for its device to finish; such a frame arrives here unfinished

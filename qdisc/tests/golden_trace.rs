@@ -11,13 +11,23 @@
 //!
 //! When a change is meant to alter behaviour (a bug fix, a deliberate deviation from Linux),
 //! the digest changes with it: run `GOLDEN_TRACE_PRINT=1 cargo test -p qdisc --test
-//! golden_trace -- --nocapture`, check that the change explains it, and pin the new value
-//! in the same commit. For an A/B check of an optimisation, `GOLDEN_TRACE_CONFIGS=300` runs
-//! more configurations (build with `--release`; the printed digest is what to compare).
+//! golden_trace -- --nocapture`, check that the change explains it, and pin the new values
+//! (64 and 300 configurations) in the same commit. For an A/B check of an optimisation,
+//! `GOLDEN_TRACE_CONFIGS=300` runs more configurations (build with `--release`; the 300
+//! digest is also checked by every release-build test run).
+//!
+//! The digest says *that* behaviour moved, not *what*. The lockstep test runs the same
+//! workloads through `Cake` and the plain reference model of `sch_cake.c` (`reference/`)
+//! side by side and names the first event where they disagree (`LOCKSTEP_ONLY=n` runs
+//! configuration `n` alone, e.g. to debug a disagreement).
 
-use qdisc::cake::{AckFilterMode, Cake, CakeConfig, DiffservMode, FlowMode};
+mod reference;
+
+use qdisc::cake::{AckFilterMode, Cake, CakeConfig, ConfigError, DiffservMode, FlowMode};
 use qdisc::testing::{udp_meta, TestPacket};
-use qdisc::{Dequeue, DropReason, PacketMeta, Qdisc, Rate, TcpAckInfo};
+use qdisc::{Dequeue, DropReason, Enqueued, PacketMeta, Qdisc, Rate, TcpAckInfo};
+
+use reference::lockstep::Lockstep;
 
 /// The digest of the default run (`CONFIGS` configurations).
 const PINNED: u64 = 0x73f80da4c767ef4a;
@@ -25,6 +35,72 @@ const PINNED: u64 = 0x73f80da4c767ef4a;
 /// Configurations in the default run: enough to reach every mode, small enough for a debug
 /// build.
 const CONFIGS: u64 = 64;
+
+/// The digest of the longer run (`LONG_CONFIGS` configurations).
+const PINNED_LONG: u64 = 0x43d1444aa004fd64;
+
+/// Configurations in the longer run, the A/B check of an optimisation.
+const LONG_CONFIGS: u64 = 300;
+
+/// The pinned digest of a run of `configs` configurations, if one is pinned.
+fn pinned(configs: u64) -> Option<u64> {
+    match configs {
+        CONFIGS => Some(PINNED),
+        LONG_CONFIGS => Some(PINNED_LONG),
+        _ => None,
+    }
+}
+
+/// What a workload drives: `Cake` alone, or `Cake` in lockstep with the reference.
+trait Subject {
+    fn enqueue(&mut self, now: u64, pkt: TestPacket, meta: &PacketMeta) -> Enqueued;
+    fn dequeue(&mut self, now: u64) -> Dequeue<TestPacket>;
+    fn set_rate(&mut self, rate: Rate);
+    /// The `Cake` whose final state goes into the digest.
+    fn cake(&self) -> &Cake<TestPacket>;
+    /// Called once at the end of the workload.
+    fn finish(&mut self) {}
+}
+
+impl Subject for Cake<TestPacket> {
+    fn enqueue(&mut self, now: u64, pkt: TestPacket, meta: &PacketMeta) -> Enqueued {
+        Qdisc::enqueue(self, now, pkt, meta)
+    }
+
+    fn dequeue(&mut self, now: u64) -> Dequeue<TestPacket> {
+        Qdisc::dequeue(self, now)
+    }
+
+    fn set_rate(&mut self, rate: Rate) {
+        Qdisc::set_rate(self, rate);
+    }
+
+    fn cake(&self) -> &Cake<TestPacket> {
+        self
+    }
+}
+
+impl Subject for Lockstep {
+    fn enqueue(&mut self, now: u64, pkt: TestPacket, meta: &PacketMeta) -> Enqueued {
+        Lockstep::enqueue(self, now, pkt, meta)
+    }
+
+    fn dequeue(&mut self, now: u64) -> Dequeue<TestPacket> {
+        Lockstep::dequeue(self, now)
+    }
+
+    fn set_rate(&mut self, rate: Rate) {
+        Lockstep::set_rate(self, rate);
+    }
+
+    fn cake(&self) -> &Cake<TestPacket> {
+        &self.cake
+    }
+
+    fn finish(&mut self) {
+        self.compare_counters();
+    }
+}
 
 /// FNV-1a over 64-bit words: stable across Rust releases, unlike `DefaultHasher`.
 struct Fnv(u64);
@@ -100,18 +176,27 @@ fn random_config(r: &mut Rng) -> CakeConfig {
     c
 }
 
-/// Runs configuration `seed` and returns its digest.
+/// Runs configuration `seed` on `Cake` and returns its digest.
 fn run_one(seed: u64) -> u64 {
+    run_with(seed, Cake::new).0
+}
+
+/// Runs configuration `seed` on what `make` builds from it; returns the digest and the
+/// subject (`None` when the configuration was refused).
+fn run_with<S: Subject>(
+    seed: u64,
+    make: impl FnOnce(&CakeConfig) -> Result<S, ConfigError>,
+) -> (u64, Option<S>) {
     let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let cfg = random_config(&mut r);
     let mut h = Fnv::new();
-    let mut q: Cake<TestPacket> = match Cake::new(&cfg) {
+    let mut q = match make(&cfg) {
         Ok(q) => q,
         Err(e) => {
             for b in e.to_string().bytes() {
                 h.word(u64::from(b));
             }
-            return h.0;
+            return (h.0, None);
         }
     };
     let cap = if r.one_in(2) { 40 } else { 3000 };
@@ -201,7 +286,9 @@ fn run_one(seed: u64) -> u64 {
             q.set_rate(Rate::from_bits_per_sec(1_000_000 + r.below(10_000_000_000)));
         }
     }
-    let s = q.stats();
+    q.finish();
+    let q_cake = q.cake();
+    let s = q_cake.stats();
     for t in &s.tins[..s.tin_count] {
         for v in [
             t.sent_packets,
@@ -230,13 +317,13 @@ fn run_one(seed: u64) -> u64 {
         .chain(&s.drop_bytes[6..])
         .all(|&v| v == 0));
     h.word(s.overlimits);
-    let (tin, flow) = q.cursors();
+    let (tin, flow) = q_cake.cursors();
     h.word(tin as u64);
     h.word(flow as u64);
-    h.word(q.len() as u64);
-    h.word(q.backlog_bytes());
-    assert_eq!(q.check_invariants(), Ok(()), "configuration {seed}");
-    h.0
+    h.word(q_cake.len() as u64);
+    h.word(q_cake.backlog_bytes());
+    assert_eq!(q_cake.check_invariants(), Ok(()), "configuration {seed}");
+    (h.0, Some(q))
 }
 
 fn digest(configs: u64) -> u64 {
@@ -247,22 +334,73 @@ fn digest(configs: u64) -> u64 {
     h.0
 }
 
-#[test]
-fn cake_behaves_exactly_as_pinned() {
-    let configs = std::env::var("GOLDEN_TRACE_CONFIGS")
+/// Configurations to run: `GOLDEN_TRACE_CONFIGS`, or the default run's.
+fn configs_to_run() -> u64 {
+    std::env::var("GOLDEN_TRACE_CONFIGS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(CONFIGS);
-    let d = digest(configs);
+        .unwrap_or(CONFIGS)
+}
+
+fn assert_pinned(configs: u64, d: u64) {
     if std::env::var_os("GOLDEN_TRACE_PRINT").is_some() || configs != CONFIGS {
         println!("golden trace: {configs} configurations, digest {d:#018x}");
     }
-    if configs == CONFIGS {
+    if let Some(pin) = pinned(configs) {
         assert_eq!(
-            d, PINNED,
-            "CAKE's exact behaviour changed (digest {d:#018x}, pinned {PINNED:#018x}); if \
-             the change is meant to alter behaviour, pin the new digest (see the module docs)"
+            d, pin,
+            "CAKE's exact behaviour changed ({configs} configurations: digest {d:#018x}, \
+             pinned {pin:#018x}); if the change is meant to alter behaviour, pin the new \
+             digests (see the module docs)"
         );
+    }
+}
+
+#[test]
+fn cake_behaves_exactly_as_pinned() {
+    let configs = configs_to_run();
+    assert_pinned(configs, digest(configs));
+}
+
+/// The longer run's digest, checked in every release-build test run (a debug build takes
+/// most of a minute over it).
+#[test]
+#[cfg_attr(debug_assertions, ignore = "300 configurations: run with --release")]
+fn cake_behaves_exactly_as_pinned_over_the_long_run() {
+    assert_pinned(LONG_CONFIGS, digest(LONG_CONFIGS));
+}
+
+/// Every golden workload through `Cake` and the reference in lockstep: the first event
+/// where they disagree fails the test with both outcomes. The digest of `Cake`'s side must
+/// still be the pinned one, so the lockstep provably ran the pinned workloads.
+#[test]
+fn cake_agrees_with_the_reference_event_by_event() {
+    let configs = configs_to_run();
+    let mut h = Fnv::new();
+    let mut events = 0;
+    let mut refused = 0;
+    let only: Option<u64> = std::env::var("LOCKSTEP_ONLY")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    for seed in 0..configs {
+        if only.is_some_and(|o| o != seed) {
+            continue;
+        }
+        let (d, lockstep) = run_with(seed, |cfg| {
+            Lockstep::new(cfg, format!("golden configuration {seed}"))
+        });
+        match lockstep {
+            Some(l) => events += l.events(),
+            None => refused += 1,
+        }
+        h.word(d);
+    }
+    println!(
+        "lockstep: {configs} golden configurations ({refused} refused by Cake), {events} \
+         events, no disagreement"
+    );
+    if only.is_none() {
+        assert_pinned(configs, h.0);
     }
 }
 

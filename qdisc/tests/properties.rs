@@ -1,6 +1,9 @@
 //! Property tests of CAKE (proptest): conservation, order and invariants over random
-//! operation sequences (including rate changes and reconfiguration), and fairness between
-//! flows and between hosts, and low delay for sparse flows, in virtual time.
+//! operation sequences (including rate changes and reconfiguration), agreement event by
+//! event with the plain reference model of `sch_cake.c` (`reference/`), and fairness
+//! between flows and between hosts, and low delay for sparse flows, in virtual time.
+
+mod reference;
 
 use std::collections::HashSet;
 
@@ -8,6 +11,8 @@ use proptest::prelude::*;
 use qdisc::cake::{AckFilterMode, Cake, CakeConfig, DiffservMode, FlowMode, LinkPreset};
 use qdisc::testing::{udp_meta, Harness, Source, TestPacket};
 use qdisc::{Dequeue, Qdisc, Rate, TcpAckInfo};
+
+use reference::lockstep::Lockstep;
 
 const SEC: u64 = 1_000_000_000;
 
@@ -254,6 +259,159 @@ proptest! {
         ops in proptest::collection::vec(op(true), 1..300),
     ) {
         run_ops(config, &ops, true)?;
+    }
+}
+
+/// One step of a lockstep case: what [`Op`] does, minus reconfiguration (the reference
+/// does not model `Cake::reconfigure`), plus SACK blocks on the ACKs.
+#[derive(Debug, Clone)]
+enum StepOp {
+    Enqueue {
+        flow: u8,
+        len: u16,
+        ect: bool,
+        ack: bool,
+        /// SACK blocks as (start, length) offsets from the cumulative ACK; a start below
+        /// it makes a DSACK.
+        sack: Vec<(i16, u16)>,
+    },
+    Dequeue {
+        dt_us: u16,
+    },
+    Bypass {
+        flow: u8,
+        len: u16,
+    },
+    SetRate {
+        kbit: u32,
+    },
+}
+
+fn step_op() -> impl Strategy<Value = StepOp> {
+    prop_oneof![
+        8 => (
+            0u8..24,
+            0u16..1600,
+            any::<bool>(),
+            any::<bool>(),
+            proptest::collection::vec((-3000i16..3000, 1u16..3000), 0..4),
+        )
+            .prop_map(|(flow, len, ect, ack, sack)| StepOp::Enqueue { flow, len, ect, ack, sack }),
+        6 => (0u16..3000).prop_map(|dt_us| StepOp::Dequeue { dt_us }),
+        1 => (0u8..24, 0u16..1600).prop_map(|(flow, len)| StepOp::Bypass { flow, len }),
+        1 => prop_oneof![Just(0u32), 1u32..200_000].prop_map(|kbit| StepOp::SetRate { kbit }),
+    ]
+}
+
+/// Configurations for the lockstep: every diffserv and flow mode, unlimited and shaped,
+/// every link-layer preset (raw, overheads, MPU, ATM and PTM framing), ingress, small
+/// packet and memory limits, both ACK filter modes, and the random seed.
+fn lockstep_config() -> impl Strategy<Value = CakeConfig> {
+    (
+        (initial_config(), 0usize..LinkPreset::ALL.len()),
+        any::<bool>(),
+        proptest::option::of(1000u64..100_000),
+        any::<u64>(),
+    )
+        .prop_map(|((mut c, preset), ingress, memlimit, seed)| {
+            LinkPreset::ALL[preset].apply(&mut c);
+            c.ingress = ingress;
+            c.memlimit = memlimit;
+            c.seed = seed;
+            c
+        })
+}
+
+/// Runs `ops` through `Cake` and the reference in lockstep, then drains both and compares
+/// their counters. The first disagreement panics with the event, the configuration and
+/// both outcomes (and proptest shrinks the case).
+fn run_lockstep(config: &CakeConfig, ops: &[StepOp]) {
+    let Ok(mut l) = Lockstep::new(config, "property case") else {
+        return;
+    };
+    let mut now = 1_000_000u64;
+    let mut seqs = [0u64; 24];
+    let mut acked = [0u32; 24];
+    for o in ops {
+        match o {
+            StepOp::Enqueue {
+                flow,
+                len,
+                ect,
+                ack,
+                sack,
+            } => {
+                let f = usize::from(*flow);
+                let dscp = [0u8, 8, 46, 10, 16, 24, 32, 48][f % 8];
+                let mut p = TestPacket::new(usize::from(*len), u32::from(*flow), seqs[f]);
+                p.ect = *ect;
+                if *ack {
+                    acked[f] = acked[f].wrapping_add(1000);
+                    let mut info = TcpAckInfo {
+                        flags: 0x10,
+                        ack_seq: acked[f],
+                        ..TcpAckInfo::default()
+                    };
+                    for (n, &(start, len)) in sack.iter().enumerate() {
+                        let start = acked[f].wrapping_add_signed(i32::from(start));
+                        info.sack[n] = (start, start.wrapping_add(u32::from(len)));
+                    }
+                    info.sack_count = sack.len() as u8;
+                    p.ack = Some(info);
+                }
+                seqs[f] += 1;
+                let meta = udp_meta(
+                    u32::from(*flow % 5),
+                    u32::from(*flow % 3),
+                    u32::from(*flow),
+                    dscp,
+                );
+                l.enqueue(now, p, &meta);
+            }
+            StepOp::Dequeue { dt_us } => {
+                now += u64::from(*dt_us) * 1000;
+                l.dequeue(now);
+            }
+            StepOp::Bypass { flow, len } => {
+                let f = usize::from(*flow);
+                let p = TestPacket::new(usize::from(*len), u32::from(*flow), seqs[f]);
+                let dscp = [0u8, 8, 46, 10, 16, 24, 32, 48][f % 8];
+                let meta = udp_meta(
+                    u32::from(*flow % 5),
+                    u32::from(*flow % 3),
+                    u32::from(*flow),
+                    dscp,
+                );
+                if l.try_bypass(now, &p, &meta) {
+                    seqs[f] += 1;
+                }
+            }
+            StepOp::SetRate { kbit } => {
+                l.set_rate(Rate::from_bits_per_sec(u64::from(*kbit) * 1000))
+            }
+        }
+    }
+    let mut guard = 0;
+    while l.cake.len() > 0 && guard < 100_000 {
+        guard += 1;
+        match l.dequeue(now) {
+            Dequeue::NotBefore(t) => now = t,
+            Dequeue::Empty => break,
+            Dequeue::Packet(_) => {}
+        }
+    }
+    l.compare_counters();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cake_agrees_with_the_reference_event_by_event(
+        config in lockstep_config(),
+        ops in proptest::collection::vec(step_op(), 1..600),
+    ) {
+        run_lockstep(&config, &ops);
     }
 }
 

@@ -305,19 +305,20 @@ fn step_op() -> impl Strategy<Value = StepOp> {
 
 /// Configurations for the lockstep: every diffserv and flow mode, unlimited and shaped,
 /// every link-layer preset (raw, overheads, MPU, ATM and PTM framing), ingress, small
-/// packet and memory limits, both ACK filter modes, and the random seed.
+/// packet and memory limits, both ACK filter modes, the random seed and the hash key.
 fn lockstep_config() -> impl Strategy<Value = CakeConfig> {
     (
         (initial_config(), 0usize..LinkPreset::ALL.len()),
         any::<bool>(),
         proptest::option::of(1000u64..100_000),
-        any::<u64>(),
+        (any::<u64>(), any::<u64>()),
     )
-        .prop_map(|((mut c, preset), ingress, memlimit, seed)| {
+        .prop_map(|((mut c, preset), ingress, memlimit, (seed, hash_key))| {
             LinkPreset::ALL[preset].apply(&mut c);
             c.ingress = ingress;
             c.memlimit = memlimit;
             c.seed = seed;
+            c.hash_key = hash_key;
             c
         })
 }

@@ -92,12 +92,22 @@ impl Lockstep {
             ours,
             theirs,
         );
+        self.check_shaper("the enqueue");
+        ours
+    }
+
+    /// Compares the queue length and when the shaper next opens, after `what`.
+    fn check_shaper(&self, what: &str) {
         self.check(
-            "queue length after the enqueue",
+            &format!("queue length after {what}"),
             self.cake.len(),
             self.reference.len(),
         );
-        ours
+        self.check(
+            &format!("shaper wake-up after {what}"),
+            self.cake.next_wakeup(),
+            self.reference.next_wakeup(),
+        );
     }
 
     /// Dequeues from both; returns `Cake`'s packet.
@@ -110,6 +120,7 @@ impl Lockstep {
             Outcome::of(&ours),
             Outcome::of(&theirs),
         );
+        self.check_shaper("the dequeue");
         ours
     }
 
@@ -131,6 +142,7 @@ impl Lockstep {
         self.events += 1;
         self.reference.set_rate(rate);
         self.cake.set_rate(rate);
+        self.check_shaper("the rate change");
     }
 
     /// Compares every counter both models keep.

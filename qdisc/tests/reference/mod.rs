@@ -620,7 +620,7 @@ pub(crate) struct RefCake<P> {
     cur_flow: usize,
 
     random_state: u64,
-    seed: u64,
+    hash_key: u64,
     last_now: u64,
     stats: RefStats,
 }
@@ -677,7 +677,7 @@ impl<P: Packet + Clone> RefCake<P> {
             cur_tin: 0,
             cur_flow: 0,
             random_state: config.seed,
-            seed: config.seed,
+            hash_key: config.hash_key,
             last_now: 0,
             stats: RefStats::default(),
         };
@@ -823,6 +823,15 @@ impl<P: Packet + Clone> RefCake<P> {
 
     pub(crate) fn backlog_bytes(&self) -> u64 {
         self.backlog
+    }
+
+    /// When the shaper next lets a packet out (`Qdisc::next_wakeup`): `None` when empty or
+    /// unlimited.
+    pub(crate) fn next_wakeup(&self) -> Option<u64> {
+        if self.qlen == 0 || self.rate.is_unlimited() {
+            return None;
+        }
+        Some(self.time_next_packet.next.min(self.failsafe_next_packet))
     }
 
     pub(crate) fn cursors(&self) -> (usize, usize) {
@@ -1089,14 +1098,14 @@ impl<P: Packet + Clone> RefCake<P> {
         // The keys: `Cake`'s keyed, direction-symmetric hash stands in for the kernel's
         // flow dissector and `flow_hash_from_keys` (any hash would do; this one makes the
         // flow ids agree). A precomputed L4 hash is used unless NAT rewrote the keys.
-        let srchost_hash = host_hash(&meta.keys, self.seed, false);
-        let dsthost_hash = host_hash(&meta.keys, self.seed, true);
+        let srchost_hash = host_hash(&meta.keys, self.hash_key, false);
+        let dsthost_hash = host_hash(&meta.keys, self.hash_key, true);
         let mut flow_hash_value = 0u32;
         if flow_mode & CAKE_FLOW_FLOWS != 0 {
             let use_skbhash = meta.l4_hash.is_some() && !(self.nat && meta.keys_rewritten);
             flow_hash_value = match meta.l4_hash {
                 Some(h) if use_skbhash => h,
-                _ => flow_hash(&meta.keys, self.seed),
+                _ => flow_hash(&meta.keys, self.hash_key),
             };
         } else {
             if flow_mode & CAKE_FLOW_SRC_IP != 0 {

@@ -19,6 +19,9 @@ impl<P: Packet> Cake<P> {
         // corrupted state can never hang the caller.
         let mut budget = DEQUEUE_VISIT_BUDGET;
         'begin: loop {
+            // Whether an ingress-mode AQM drop charged the shaper since the gate below was
+            // last checked: the gate must then be checked again before anything is sent.
+            let mut charged_since_gate = false;
             if self.qlen == 0 {
                 return Dequeue::Empty;
             }
@@ -166,12 +169,19 @@ impl<P: Packet> Cake<P> {
                         if budget == 0 {
                             return Dequeue::Empty;
                         }
-                        // Linux goes back to `begin`. While this tin still has flows,
-                        // nothing `begin` looks at has changed (no time passed, nothing was
-                        // charged, this tin's deficit is still >= 0 and its counts > 0), so
-                        // it would pick this tin again: go straight to the flow choice.
+                        // Linux goes back to `begin`. While this tin still has flows and
+                        // no ingress drop charged the shaper since the gate was checked,
+                        // nothing `begin` looks at has changed (no time passed, this tin's
+                        // deficit is still >= 0 and its counts > 0), so it would pick this
+                        // tin again: go straight to the flow choice. After such a charge
+                        // the gate may now hold packets back, and the earliest tin clock
+                        // may be another tin's.
                         let turn = &self.turns[t];
-                        if self.qlen > 0 && turn.active_flows > 0 && turn.deficit >= 0 {
+                        if self.qlen > 0
+                            && turn.active_flows > 0
+                            && turn.deficit >= 0
+                            && !charged_since_gate
+                        {
                             continue 'serve;
                         }
                         continue 'begin;
@@ -203,6 +213,7 @@ impl<P: Packet> Cake<P> {
                     }
                     self.drop_at_dequeue(t, fid, s, adj, len, now);
                     if self.ingress {
+                        charged_since_gate |= !self.rate.is_unlimited();
                         break;
                     }
                 }

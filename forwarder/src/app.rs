@@ -214,7 +214,7 @@ pub enum QueueChoice {
 /// Per-egress shapers and per-port live targets.
 pub type Built<P> = (Vec<Arc<dyn Shaper<P>>>, Vec<Arc<dyn LiveTarget>>);
 
-/// Builds `queues` TX queues for each of `ports` egress ports.
+/// Builds `queues` TX queues for each of `ports` egress ports, all with `choice`.
 ///
 /// # Errors
 /// When CAKE refuses the configuration.
@@ -224,9 +224,22 @@ pub fn build_queues<P: PortBuf>(
     queues: usize,
     options: TxQueueOptions,
 ) -> anyhow::Result<Built<P>> {
+    build_port_queues(&vec![choice.clone(); ports], queues, options)
+}
+
+/// Builds `queues` TX queues for each egress port, port `p` with `choices[p]`: each
+/// direction its own queues, its own shared rate and its own CAKE options.
+///
+/// # Errors
+/// When CAKE refuses a configuration.
+pub fn build_port_queues<P: PortBuf>(
+    choices: &[QueueChoice],
+    queues: usize,
+    options: TxQueueOptions,
+) -> anyhow::Result<Built<P>> {
     let mut shapers: Vec<Arc<dyn Shaper<P>>> = Vec::new();
     let mut targets: Vec<Arc<dyn LiveTarget>> = Vec::new();
-    for _ in 0..ports {
+    for choice in choices {
         match choice {
             QueueChoice::Cake(cfg) => {
                 let mq: MultiQueue<P, Cake<P>> = MultiQueue::from_config(queues, options, cfg)
@@ -556,11 +569,22 @@ pub fn pool_warning(config: &Config) -> Option<String> {
     if config.shaper.queue != QueueKind::Cake {
         return None;
     }
-    let cake = config.to_cake_config();
-    // The limit at the full configured rate: a queue's share is never above it.
-    let limit_bytes = cake.memory_limit_at(cake.rate.bytes_per_sec());
+    // The limit at the full configured rate: a queue's share is never above it. The
+    // direction that may hold the most decides.
+    let limit_bytes = crate::config::direction::Direction::BOTH
+        .iter()
+        .map(|d| {
+            let cake = config.cake_for(*d);
+            (
+                cake.memory_limit_at(cake.rate.bytes_per_sec()),
+                cake.packet_limit,
+            )
+        })
+        .max()
+        .unwrap_or_default();
+    let (limit_bytes, packet_limit) = limit_bytes;
     let per_queue =
-        (limit_bytes / config.ports.buffer_size.max(1) as u64).min(u64::from(cake.packet_limit));
+        (limit_bytes / config.ports.buffer_size.max(1) as u64).min(u64::from(packet_limit));
     let engine = &config.engine;
     let queues = engine.tx_queues as u64;
     let rings_per_queue = if engine.workers > 1 {
@@ -716,11 +740,15 @@ fn supervise<P: PortBuf>(
         .context("stats.interval")?
         .unwrap_or(1_000_000_000)
         .max(10_000_000);
-    let choice = match config.shaper.queue {
-        QueueKind::Cake => QueueChoice::Cake(config.to_cake_config()),
-        QueueKind::Fifo => QueueChoice::Fifo,
-    };
-    let (shapers, targets) = build_queues::<P>(&choice, 2, ecfg.tx_queues, queue_options(config))?;
+    // Each egress port carries one direction, shaped by that direction's settings.
+    let choices: Vec<QueueChoice> = (0..2)
+        .map(|p| match config.shaper.queue {
+            QueueKind::Cake => QueueChoice::Cake(config.cake_for_egress(p)),
+            QueueKind::Fifo => QueueChoice::Fifo,
+        })
+        .collect();
+    let (shapers, targets) =
+        build_port_queues::<P>(&choices, ecfg.tx_queues, queue_options(config))?;
     let port_names = vec![config.ports.port_name(0), config.ports.port_name(1)];
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -742,9 +770,20 @@ fn supervise<P: PortBuf>(
     let latest_prom = Arc::new(Mutex::new(String::new()));
     let aux_stop = Arc::new(AtomicBool::new(false));
     let mut aux = Vec::new();
+    let directions = targets
+        .iter()
+        .enumerate()
+        .map(|(p, queues)| {
+            control::DirectionTarget::new(
+                config.egress_direction(p),
+                &port_names[p],
+                queues.clone(),
+                config.cake_for_egress(p),
+            )
+        })
+        .collect();
     let state = Arc::new(ControlState {
-        targets,
-        cake: Mutex::new(config.to_cake_config()),
+        directions,
         started_with: config.clone(),
         latest_text: latest_text.clone(),
         latest_json: latest_json.clone(),

@@ -95,6 +95,27 @@ fn rate_arg(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// `--rate`: one rate for both directions, or `DOWNLOAD/UPLOAD`.
+fn rate_pair_arg(s: &str) -> Result<String, String> {
+    match s.split_once('/') {
+        Some((down, up)) => {
+            for (which, r) in [("download", down), ("upload", up)] {
+                units::parse_rate(r.trim()).map_err(|e| {
+                    format!("{e} (the {which} in DOWNLOAD/UPLOAD, as in 475mbit/45mbit)")
+                })?;
+            }
+            Ok(s.to_string())
+        }
+        None => rate_arg(s),
+    }
+}
+
+fn direction_arg(s: &str) -> Result<String, String> {
+    config::direction::Direction::parse(s)
+        .map(|d| d.name().to_string())
+        .ok_or_else(|| format!("'{s}' is not a direction; use download or upload"))
+}
+
 fn duration_arg(s: &str) -> Result<String, String> {
     units::parse_run_length_ns(s)
         .map(|_| s.to_string())
@@ -120,9 +141,18 @@ fn flow_mode_arg(s: &str) -> Result<String, String> {
 /// Flags that override the config file.
 #[derive(Debug, Clone, Default, Args)]
 pub struct OverrideArgs {
-    /// Shaped rate, tc style ("500mbit", "2gbit", "unlimited").
-    #[arg(long, value_parser = rate_arg)]
+    /// Shaped rate, tc style ("500mbit", "2gbit", "unlimited"): one rate for both
+    /// directions, or DOWNLOAD/UPLOAD ("475mbit/45mbit"). The download is what leaves
+    /// towards the LAN (through the port that is not ports.uplink), the upload what leaves
+    /// through the uplink port (port b unless ports.uplink says otherwise).
+    #[arg(long, value_parser = rate_pair_arg, value_name = "RATE|DOWN/UP")]
     pub rate: Option<String>,
+    /// Download rate only (shaper.download.rate): what leaves towards the LAN.
+    #[arg(long, value_parser = rate_arg)]
+    pub download: Option<String>,
+    /// Upload rate only (shaper.upload.rate): what leaves through the uplink port.
+    #[arg(long, value_parser = rate_arg)]
+    pub upload: Option<String>,
     /// Diffserv mode (besteffort, diffserv3, diffserv4, diffserv8, precedence).
     #[arg(long, value_parser = diffserv_arg)]
     pub diffserv: Option<String>,
@@ -231,8 +261,19 @@ impl OverrideArgs {
         if let Some(v) = &self.tc {
             o.set("shaper.options", v.as_str(), "--tc");
         }
-        if let Some(v) = &self.rate {
-            o.set("shaper.rate", v.as_str(), "--rate");
+        match self.rate.as_deref().map(|v| v.split_once('/')) {
+            Some(Some((down, up))) => {
+                o.set("shaper.download.rate", down.trim(), "--rate");
+                o.set("shaper.upload.rate", up.trim(), "--rate");
+            }
+            Some(None) => o.set("shaper.rate", self.rate.as_deref().unwrap_or(""), "--rate"),
+            None => {}
+        }
+        if let Some(v) = &self.download {
+            o.set("shaper.download.rate", v.as_str(), "--download");
+        }
+        if let Some(v) = &self.upload {
+            o.set("shaper.upload.rate", v.as_str(), "--upload");
         }
         if let Some(v) = &self.diffserv {
             o.set("shaper.diffserv", v.as_str(), "--diffserv");
@@ -389,8 +430,16 @@ pub struct CtlArgs {
 /// Control requests.
 #[derive(Debug, Subcommand)]
 pub enum CtlRequest {
-    /// Change a setting without losing packets.
+    /// Change a setting without losing packets, in both directions unless --direction or
+    /// --port picks one.
     Set {
+        /// Only this direction: "download" (what leaves towards the LAN) or "upload" (what
+        /// leaves through the uplink port).
+        #[arg(long, value_parser = direction_arg, conflicts_with = "port")]
+        direction: Option<String>,
+        /// Only the direction that leaves through the port with this name ([ports.a] name).
+        #[arg(long)]
+        port: Option<String>,
         /// What to change.
         #[command(subcommand)]
         what: CtlSet,
@@ -550,6 +599,18 @@ fn check_config_header(file: &std::path::Path, config: &Config) -> String {
     }
     h.push_str(&comment_lines(&note));
     h.push('\n');
+    for dir in config::direction::Direction::BOTH {
+        let port = config::direction::egress_port(config.ports.uplink, dir);
+        let line = format!(
+            "{}: leaves through port {} ({}): {}",
+            dir.name(),
+            ["a", "b"][port],
+            config.ports.port_name(port),
+            config::direction::summary(&config.cake_for(dir))
+        );
+        h.push_str(&comment_lines(&line));
+    }
+    h.push('\n');
     h
 }
 
@@ -653,18 +714,30 @@ fn ctl_cmd(args: CtlArgs) -> anyhow::Result<ExitCode> {
         (None, None) => crate::control::default_socket_path(),
     };
     let command = match &args.request {
-        CtlRequest::Set { what } => match what {
-            CtlSet::Rate { rate } => format!("set rate {rate}"),
-            CtlSet::Diffserv { mode } => format!("set diffserv {mode}"),
-            CtlSet::Overhead { overhead } => {
-                if overhead.trim().parse::<i64>().is_ok() {
-                    format!("set overhead {overhead}")
-                } else {
-                    format!("set {overhead}")
+        CtlRequest::Set {
+            direction,
+            port,
+            what,
+        } => {
+            let selector = match (direction, port) {
+                (Some(d), _) => format!("{d} "),
+                (None, Some(p)) => format!("port {p} "),
+                (None, None) => String::new(),
+            };
+            let setting = match what {
+                CtlSet::Rate { rate } => format!("rate {rate}"),
+                CtlSet::Diffserv { mode } => format!("diffserv {mode}"),
+                CtlSet::Overhead { overhead } => {
+                    if overhead.trim().parse::<i64>().is_ok() {
+                        format!("overhead {overhead}")
+                    } else {
+                        overhead.clone()
+                    }
                 }
-            }
-            CtlSet::FlowMode { mode } => format!("set flow-mode {mode}"),
-        },
+                CtlSet::FlowMode { mode } => format!("flow-mode {mode}"),
+            };
+            format!("set {selector}{setting}")
+        }
         CtlRequest::Stats { json: true } => "stats json".to_string(),
         CtlRequest::Stats { json: false } => "stats".to_string(),
     };

@@ -5,7 +5,10 @@
 //! Connections are served concurrently (at most [`MAX_CONNECTIONS`]), each with read and
 //! write deadlines, and never hold up the server's stop. The commands:
 //!
-//! * `set rate 500mbit` — the global rate of every TX queue (a pure parameter write).
+//! * `set rate 500mbit` — the shared rate of every TX queue of both directions (a pure
+//!   parameter write); `set download rate 475mbit`, `set upload rate 45mbit` or
+//!   `set port wan rate 45mbit` change one direction (the one leaving through that port).
+//!   Every `set` takes the same selector (`set upload ack-filter`).
 //! * `set diffserv diffserv4`, `set flow-mode flows`, `set overhead 18`, `set <tc words>` —
 //!   CAKE options, applied by each queue's runner at a safe point between dequeues.
 //! * `stats` / `stats json` — the latest report as text or as one JSON object.
@@ -24,6 +27,7 @@ use std::time::Duration;
 use qdisc::cake::CakeConfig;
 use qdisc::Rate;
 
+use crate::config::direction::Direction;
 use crate::config::Config;
 
 /// Why the control socket failed.
@@ -112,12 +116,45 @@ pub trait LiveTarget: Send + Sync {
     fn rate(&self) -> Rate;
 }
 
-/// What the control server and [`apply_reload`] act on.
-pub struct ControlState {
-    /// One target per egress port.
-    pub targets: Vec<Arc<dyn LiveTarget>>,
+/// One direction as the control socket changes it: the TX queues of the port it leaves
+/// through, and the CAKE configuration in force there.
+pub struct DirectionTarget {
+    /// Download or upload.
+    pub direction: Direction,
+    /// The name of the port it leaves through (`set port wan rate 40mbit`).
+    pub port: String,
+    /// The port's TX queues.
+    pub queues: Arc<dyn LiveTarget>,
     /// The CAKE configuration in force.
     pub cake: Mutex<CakeConfig>,
+}
+
+impl DirectionTarget {
+    /// `direction` leaving through `port`'s `queues`, starting with `cake`.
+    pub fn new(
+        direction: Direction,
+        port: &str,
+        queues: Arc<dyn LiveTarget>,
+        cake: CakeConfig,
+    ) -> DirectionTarget {
+        DirectionTarget {
+            direction,
+            port: port.to_string(),
+            queues,
+            cake: Mutex::new(cake),
+        }
+    }
+
+    /// The CAKE configuration in force.
+    pub fn cake(&self) -> CakeConfig {
+        self.cake.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// What the control server and [`apply_reload`] act on.
+pub struct ControlState {
+    /// One target per direction (per egress port).
+    pub directions: Vec<DirectionTarget>,
     /// The config the process started with (for deciding what needs a restart).
     pub started_with: Config,
     /// Latest text report.
@@ -175,10 +212,15 @@ pub fn apply_reload(new: &Config) -> Vec<String> {
     let Some(st) = current() else {
         return Vec::new();
     };
-    let cake = new.to_cake_config();
     let old = &st.started_with;
     let mut restart = Vec::new();
-    if let Err(e) = apply_cake(&st, cake) {
+    let wanted: Vec<(usize, CakeConfig)> = st
+        .directions
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i, new.cake_for(t.direction)))
+        .collect();
+    if let Err(e) = apply_cakes(&st, &wanted) {
         restart.push(format!("shaper (refused live: {e})"));
     }
     if old.ports != new.ports {
@@ -199,25 +241,85 @@ pub fn apply_reload(new: &Config) -> Vec<String> {
     restart
 }
 
-fn apply_cake(st: &ControlState, cake: CakeConfig) -> Result<(), String> {
-    // The queues running are the ones the process started with.
-    if let Some(why) = crate::config::autorate_conflict(&cake, st.started_with.engine.tx_queues) {
-        return Err(why);
-    }
-    let mut cur = st.cake.lock().unwrap_or_else(|e| e.into_inner());
-    let rate_only = CakeConfig {
-        rate: cur.rate,
-        ..cake.clone()
-    } == *cur;
-    for t in &st.targets {
-        if rate_only {
-            t.set_rate(cake.rate);
-        } else {
-            t.reconfigure(&cake)?;
+/// Applies `wanted` (target index, new CAKE configuration) to the targets: all of them, or,
+/// when one is refused, none. A change of the rate alone is a rate write; anything else a
+/// reconfiguration at each queue's next safe point.
+fn apply_cakes(st: &ControlState, wanted: &[(usize, CakeConfig)]) -> Result<(), String> {
+    for (i, cake) in wanted {
+        let Some(t) = st.directions.get(*i) else {
+            continue;
+        };
+        // The same limits as at start (the minimum rate): a live change must not reach a
+        // state `cakewalk run` refuses. The queues running are the ones the process
+        // started with.
+        let named = |e: String| format!("{}: {e}", t.direction.name());
+        cake.validate().map_err(|e| named(e.to_string()))?;
+        if let Some(why) = crate::config::autorate_conflict(cake, st.started_with.engine.tx_queues)
+        {
+            return Err(named(why));
         }
     }
-    *cur = cake;
+    for (i, cake) in wanted {
+        let Some(t) = st.directions.get(*i) else {
+            continue;
+        };
+        let mut cur = t.cake.lock().unwrap_or_else(|e| e.into_inner());
+        let rate_only = CakeConfig {
+            rate: cur.rate,
+            ..cake.clone()
+        } == *cur;
+        if rate_only {
+            t.queues.set_rate(cake.rate);
+        } else {
+            t.queues
+                .reconfigure(cake)
+                .map_err(|e| format!("{}: {e}", t.direction.name()))?;
+        }
+        *cur = cake.clone();
+    }
     Ok(())
+}
+
+/// Which directions a `set` acts on, and the words after the selector: `set upload rate
+/// 40mbit`, `set port wan rate 40mbit`, or `set rate 40mbit` for every direction.
+fn select<'w>(
+    st: &ControlState,
+    words: &'w [&'w str],
+) -> Result<(Vec<usize>, &'w [&'w str], String), String> {
+    let all = || (0..st.directions.len()).collect::<Vec<_>>();
+    match words {
+        [dir, rest @ ..] if Direction::parse(dir).is_some() => {
+            let d = Direction::parse(dir).unwrap_or(Direction::Download);
+            let picked: Vec<usize> = all()
+                .into_iter()
+                .filter(|i| st.directions[*i].direction == d)
+                .collect();
+            if picked.is_empty() {
+                return Err(format!("this forwarder shapes no {} direction", d.name()));
+            }
+            Ok((picked, rest, format!("{} ", d.name())))
+        }
+        ["port", name, rest @ ..] => {
+            let picked: Vec<usize> = all()
+                .into_iter()
+                .filter(|i| st.directions[*i].port == *name)
+                .collect();
+            if picked.is_empty() {
+                let names: Vec<&str> = st.directions.iter().map(|t| t.port.as_str()).collect();
+                return Err(format!(
+                    "no port named '{}'; the ports are {}",
+                    shortened(name),
+                    names.join(" and ")
+                ));
+            }
+            let dir = st.directions[picked[0]].direction.name();
+            Ok((picked, rest, format!("{dir} ")))
+        }
+        ["port"] => Err(
+            "'set port' needs a port name and a setting, as in 'set port wan rate 40mbit'".into(),
+        ),
+        rest => Ok((all(), rest, String::new())),
+    }
 }
 
 /// Executes one command line and returns the reply.
@@ -227,37 +329,51 @@ pub fn handle_command(st: &ControlState, line: &str) -> String {
         [] => "error: empty command; try 'stats' or 'set rate 500mbit'".into(),
         ["stats"] | ["stats", "text"] => st.report(false),
         ["stats", "json"] => st.report(true),
-        ["set", "rate", r] | ["set", "bandwidth", r] => {
-            match crate::config::units::parse_rate(r) {
-                Ok(rate) => {
-                    let mut cur = st.cake.lock().unwrap_or_else(|e| e.into_inner());
-                    // The same limits as at start (the minimum rate): a live change must not
-                    // reach a state `cakewalk run` refuses.
-                    let candidate = CakeConfig {
-                        rate,
-                        ..cur.clone()
-                    };
-                    if let Err(e) = candidate.validate() {
-                        return format!("error: {e}");
-                    }
-                    cur.rate = rate;
-                    for t in &st.targets {
-                        t.set_rate(rate);
-                    }
-                    format!("ok rate {}", crate::config::units::format_rate(rate))
+        ["set", rest @ ..] => match select(st, rest) {
+            Ok((picked, setting, said)) => set(st, &picked, setting, &said, line),
+            Err(e) => format!("error: {e}"),
+        },
+        _ => format!(
+            "error: unknown command '{}'; use 'set [download|upload] rate <rate>', 'set diffserv <mode>', 'set overhead <n>', 'set flow-mode <mode>', 'stats' or 'stats json'",
+            shortened(line)
+        ),
+    }
+}
+
+/// `set`, after the direction selector: changes `picked` directions.
+fn set(st: &ControlState, picked: &[usize], setting: &[&str], said: &str, line: &str) -> String {
+    let current = |i: usize| st.directions[i].cake();
+    match setting {
+        ["rate", r] | ["bandwidth", r] => match crate::config::units::parse_rate(r) {
+            Ok(rate) => {
+                let wanted: Vec<(usize, CakeConfig)> = picked
+                    .iter()
+                    .map(|&i| {
+                        (
+                            i,
+                            CakeConfig {
+                                rate,
+                                ..current(i)
+                            },
+                        )
+                    })
+                    .collect();
+                match apply_cakes(st, &wanted) {
+                    Ok(()) => format!("ok {said}rate {}", crate::config::units::format_rate(rate)),
+                    Err(e) => format!("error: {e}"),
                 }
-                Err(e) => format!("error: {e}"),
             }
-        }
+            Err(e) => format!("error: {e}"),
+        },
         // Without these two arms, a bare 'set' replied "ok" having changed nothing, and
         // 'set rate' without its one value fell through to the tc words, where 'rate' is
         // not a cake option ("unknown cake option 'rate', did you mean 'atm'...").
-        ["set"] => "error: 'set' needs a setting; try 'set rate 500mbit', 'set diffserv diffserv4' or tc cake words ('set overhead 18')".into(),
-        ["set", "rate" | "bandwidth", ..] => format!(
-            "error: '{}' takes one rate, as in 'set rate 500mbit' ('unlimited' or 0 for no shaping)",
+        [] => "error: 'set' needs a setting; try 'set rate 500mbit', 'set upload rate 45mbit', 'set diffserv diffserv4' or tc cake words ('set overhead 18')".into(),
+        ["rate" | "bandwidth", ..] => format!(
+            "error: '{}' takes one rate, as in 'set rate 500mbit' or 'set upload rate 45mbit' ('unlimited' or 0 for no shaping)",
             shortened(line)
         ),
-        ["set", rest @ ..] => {
+        rest => {
             // "set diffserv diffserv4" / "set flow-mode flows" name the option; tc words
             // ("set diffserv4", "set overhead 18") are taken as they are.
             let tc_words: Vec<&str> = match rest {
@@ -267,20 +383,22 @@ pub fn handle_command(st: &ControlState, line: &str) -> String {
             let text = tc_words.join(" ");
             match crate::config::keywords::CakeOptions::parse(&text) {
                 Ok(opts) => {
-                    let mut cake = st.cake.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                    opts.apply_to(&mut cake);
-                    match apply_cake(st, cake) {
-                        Ok(()) => format!("ok {text}"),
+                    let wanted: Vec<(usize, CakeConfig)> = picked
+                        .iter()
+                        .map(|&i| {
+                            let mut cake = current(i);
+                            opts.apply_to(&mut cake);
+                            (i, cake)
+                        })
+                        .collect();
+                    match apply_cakes(st, &wanted) {
+                        Ok(()) => format!("ok {said}{text}"),
                         Err(e) => format!("error: {e}"),
                     }
                 }
                 Err(e) => format!("error: {e}"),
             }
         }
-        _ => format!(
-            "error: unknown command '{}'; use 'set rate <rate>', 'set diffserv <mode>', 'set overhead <n>', 'set flow-mode <mode>', 'stats' or 'stats json'",
-            shortened(line)
-        ),
     }
 }
 
@@ -517,10 +635,18 @@ mod tests {
         }
     }
 
+    fn target(probe: Arc<Probe>) -> Vec<DirectionTarget> {
+        vec![DirectionTarget::new(
+            Direction::Download,
+            "lan",
+            probe,
+            CakeConfig::default(),
+        )]
+    }
+
     fn state(probe: Arc<Probe>) -> Arc<ControlState> {
         Arc::new(ControlState {
-            targets: vec![probe],
-            cake: Mutex::new(CakeConfig::default()),
+            directions: target(probe),
             started_with: Config::default(),
             latest_text: Arc::new(Mutex::new("text report".into())),
             latest_json: Arc::new(Mutex::new("{}".into())),
@@ -573,7 +699,7 @@ mod tests {
             "{reply}"
         );
         assert_eq!(probe.rate.load(Ordering::Relaxed), 1_000_000, "rate kept");
-        assert_eq!(st.cake.lock().unwrap().rate.bytes_per_sec(), 1_000_000);
+        assert_eq!(st.directions[0].cake().rate.bytes_per_sec(), 1_000_000);
         assert!(handle_command(&st, "set rate unlimited").starts_with("ok"));
         assert!(handle_command(&st, "set rate 512bit").starts_with("ok"));
     }
@@ -584,8 +710,7 @@ mod tests {
         let mut two_queues = Config::default();
         two_queues.engine.tx_queues = 2;
         let st = ControlState {
-            targets: vec![probe.clone()],
-            cake: Mutex::new(CakeConfig::default()),
+            directions: target(probe.clone()),
             started_with: two_queues,
             latest_text: Arc::new(Mutex::new(String::new())),
             latest_json: Arc::new(Mutex::new(String::new())),
@@ -598,12 +723,73 @@ mod tests {
                 && reply.contains("tx_queues is 2"),
             "{reply}"
         );
-        assert!(!st.cake.lock().unwrap().autorate_ingress, "nothing changed");
+        assert!(!st.directions[0].cake().autorate_ingress, "nothing changed");
         assert_eq!(probe.reconfigs.load(Ordering::Relaxed), 0);
         // One queue: allowed.
         let st = state(probe.clone());
         assert!(handle_command(&st, "set autorate-ingress").starts_with("ok"));
-        assert!(st.cake.lock().unwrap().autorate_ingress);
+        assert!(st.directions[0].cake().autorate_ingress);
+    }
+
+    #[test]
+    fn a_direction_or_a_port_picks_what_a_set_changes() {
+        let (down, up) = (Arc::new(Probe::default()), Arc::new(Probe::default()));
+        let st = ControlState {
+            directions: vec![
+                DirectionTarget::new(
+                    Direction::Download,
+                    "lan",
+                    down.clone(),
+                    CakeConfig::default(),
+                ),
+                DirectionTarget::new(Direction::Upload, "wan", up.clone(), CakeConfig::default()),
+            ],
+            started_with: Config::default(),
+            latest_text: Arc::new(Mutex::new(String::new())),
+            latest_json: Arc::new(Mutex::new(String::new())),
+            fresh: Mutex::new(None),
+        };
+        assert_eq!(handle_command(&st, "set rate 8mbit"), "ok rate 8mbit");
+        assert_eq!(
+            handle_command(&st, "set upload rate 16mbit"),
+            "ok upload rate 16mbit"
+        );
+        assert_eq!(
+            down.rate.load(Ordering::Relaxed),
+            1_000_000,
+            "download kept"
+        );
+        assert_eq!(up.rate.load(Ordering::Relaxed), 2_000_000);
+        assert_eq!(
+            handle_command(&st, "set port lan rate 24mbit"),
+            "ok download rate 24mbit"
+        );
+        assert_eq!(down.rate.load(Ordering::Relaxed), 3_000_000);
+        assert_eq!(up.rate.load(Ordering::Relaxed), 2_000_000, "upload kept");
+        assert_eq!(
+            handle_command(&st, "set upload ack-filter"),
+            "ok upload ack-filter"
+        );
+        assert_eq!(
+            st.directions[1].cake().ack_filter,
+            qdisc::cake::AckFilterMode::Filter
+        );
+        assert_eq!(
+            st.directions[0].cake().ack_filter,
+            qdisc::cake::AckFilterMode::Off
+        );
+        assert_eq!(down.reconfigs.load(Ordering::Relaxed), 0);
+        let reply = handle_command(&st, "set port dmz rate 1mbit");
+        assert!(
+            reply.starts_with("error: no port named 'dmz'; the ports are lan and wan"),
+            "{reply}"
+        );
+        let reply = handle_command(&st, "set upload rate");
+        assert!(reply.contains("takes one rate"), "{reply}");
+        // A refused change to one direction changes neither.
+        let reply = handle_command(&st, "set rate 100bit");
+        assert!(reply.contains("below the minimum"), "{reply}");
+        assert_eq!(up.rate.load(Ordering::Relaxed), 2_000_000);
     }
 
     #[test]
@@ -614,9 +800,8 @@ mod tests {
         );
         let probe = Arc::new(Probe::default());
         install(Some(state(probe.clone())));
-        let mut new = Config::default();
-        new.shaper.cake.rate = Rate::from_bits_per_sec(80_000_000);
-        new.engine.workers = 2;
+        let new =
+            Config::from_toml_str("[shaper]\nrate = \"80mbit\"\n[engine]\nworkers = 2").unwrap();
         let restart = apply_reload(&new);
         install(None);
         assert_eq!(probe.rate.load(Ordering::Relaxed), 10_000_000);

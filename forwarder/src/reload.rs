@@ -150,6 +150,31 @@ pub fn cake_changes(old: &CakeConfig, new: &CakeConfig) -> Vec<String> {
     v
 }
 
+/// The CAKE options that differ between `old` and `new` in each direction: `rate 100mbit ->
+/// 50mbit` when both directions changed alike, else `upload rate 10mbit -> 5mbit`.
+pub fn direction_changes(old: &Config, new: &Config) -> Vec<String> {
+    use crate::config::direction::Direction;
+    let per: Vec<(Direction, Vec<String>)> = Direction::BOTH
+        .iter()
+        .map(|&d| {
+            (
+                d,
+                cake_changes(&old.directions.get(d).cake, &new.directions.get(d).cake),
+            )
+        })
+        .collect();
+    if per[0].1 == per[1].1 {
+        return per[0].1.clone();
+    }
+    per.into_iter()
+        .flat_map(|(d, changes)| {
+            changes
+                .into_iter()
+                .map(move |c| format!("{} {c}", d.name()))
+        })
+        .collect()
+}
+
 /// Returns the changed keys outside CAKE that only a restart applies, by name
 /// (`ports.b.iface`, `shaper.sync_policy`, `engine`).
 pub fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
@@ -178,6 +203,9 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
         }
     }
     let (p, q) = (&old.ports, &new.ports);
+    if p.uplink != q.uplink {
+        v.push("ports.uplink".into());
+    }
     if p.bidirectional != q.bidirectional {
         v.push("ports.bidirectional".into());
     }
@@ -250,38 +278,56 @@ fn overridden_by_flags(
     file_alone: &Config,
     overrides: &Overrides,
 ) -> Vec<String> {
-    cake_changes(&running.shaper.cake, &file_alone.shaper.cake)
-        .into_iter()
-        .filter_map(|change| {
-            let (key, values) = change.split_once(' ')?;
-            let (kept, file) = values.split_once(" -> ")?;
-            // rtt sets target too; bandwidth is rate.
-            let set_by = |k: &str| match k {
-                "rate" => vec!["shaper.rate", "shaper.bandwidth"],
-                "target" => vec!["shaper.target", "shaper.rtt"],
-                "overhead" => vec!["shaper.overhead", "shaper.raw"],
-                _ => Vec::new(),
+    use crate::config::direction::Direction;
+    let mut out = Vec::new();
+    for d in Direction::BOTH {
+        let changes = cake_changes(
+            &running.directions.get(d).cake,
+            &file_alone.directions.get(d).cake,
+        );
+        for change in changes {
+            let Some((key, values)) = change.split_once(' ') else {
+                continue;
             };
-            let own = format!("shaper.{key}");
-            let mut keys = set_by(key);
-            keys.push(&own);
-            let flag = overrides
+            let Some((kept, file)) = values.split_once(" -> ") else {
+                continue;
+            };
+            // rtt sets target too; bandwidth is rate. A flag for the direction or for both.
+            let names: Vec<&str> = match key {
+                "rate" => vec!["rate", "bandwidth"],
+                "target" => vec!["target", "rtt"],
+                "overhead" => vec!["overhead", "raw"],
+                other => vec![other],
+            };
+            let keys: Vec<String> = names
+                .iter()
+                .flat_map(|n| [format!("shaper.{n}"), format!("shaper.{}.{n}", d.name())])
+                .chain([
+                    "shaper.options".to_string(),
+                    format!("shaper.{}.options", d.name()),
+                ])
+                .collect();
+            let Some(flag) = overrides
                 .entries
                 .iter()
                 .rev()
-                .find(|o| keys.contains(&o.key.as_str()))
+                .find(|o| keys.contains(&o.key))
                 .map(|o| o.flag.clone())
-                .or_else(|| {
-                    // Set through `options` (--set shaper.options=...) or a tc-words flag.
-                    overrides
-                        .entries
-                        .iter()
-                        .rev()
-                        .find(|o| o.key == "shaper.options")
-                        .map(|o| o.flag.clone())
-                })?;
-            Some(format!("{key} ({flag} keeps {kept}; the file says {file})"))
-        })
+            else {
+                continue;
+            };
+            let line = format!("{key} ({flag} keeps {kept}; the file says {file})");
+            out.push((d, line));
+        }
+    }
+    // Said once when both directions keep the same, else per direction.
+    let (down, up): (Vec<_>, Vec<_>) = out.iter().partition(|(d, _)| *d == Direction::Download);
+    let same = down.len() == up.len() && down.iter().zip(&up).all(|(a, b)| a.1 == b.1);
+    if same {
+        return down.into_iter().map(|(_, l)| l.clone()).collect();
+    }
+    out.into_iter()
+        .map(|(d, l)| format!("{} {l}", d.name()))
         .collect()
 }
 
@@ -309,7 +355,7 @@ pub fn reload_once(
             ..ReloadOutcome::default()
         };
     }
-    let applied = cake_changes(&current.shaper.cake, &new.shaper.cake);
+    let applied = direction_changes(current, &new);
     let overridden = if overrides.is_empty() {
         Vec::new()
     } else {
@@ -425,6 +471,23 @@ mod tests {
         );
         assert!(c.contains(&"overhead raw -> 18".to_string()), "{c:?}");
         assert_eq!(c.len(), 3, "{c:?}");
+    }
+
+    #[test]
+    fn a_change_to_one_direction_is_named_with_its_direction() {
+        let a = cfg("[shaper]\nrate = \"50mbit\"\n[shaper.upload]\nrate = \"10mbit\"");
+        let b = cfg("[shaper]\nrate = \"50mbit\"\n[shaper.upload]\nrate = \"5mbit\"");
+        assert_eq!(
+            direction_changes(&a, &b),
+            vec!["upload rate 10mbit -> 5mbit".to_string()]
+        );
+        let c = cfg("[shaper]\nrate = \"40mbit\"\n[shaper.upload]\nrate = \"10mbit\"");
+        assert_eq!(
+            direction_changes(&a, &c),
+            vec!["download rate 50mbit -> 40mbit".to_string()]
+        );
+        let d = cfg("[shaper]\nrate = \"50mbit\"\n[shaper.upload]\nrate = \"10mbit\"\n[ports]\nuplink = \"a\"");
+        assert_eq!(restart_keys(&a, &d), vec!["ports.uplink".to_string()]);
     }
 
     #[test]

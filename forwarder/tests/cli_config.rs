@@ -591,3 +591,62 @@ fn check_config_says_which_tx_select_is_in_effect_and_why() {
         "{out}"
     );
 }
+
+#[test]
+fn check_config_prints_each_direction_and_rate_flags_set_one_or_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "cable.toml",
+        "[shaper]\nrate = \"100mbit\"\n[shaper.download]\ningress = true\n[shaper.upload]\nack_filter = true\n[ports.a]\nname = \"lan\"\n[ports.b]\nname = \"wan\"\n",
+    );
+    let o = cakewalk(&["check-config", &f, "--rate", "475mbit/45mbit"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("# download: leaves through port a (lan): rate 475mbit"),
+        "{out}"
+    );
+    assert!(
+        out.contains("# upload: leaves through port b (wan): rate 45mbit"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[shaper.upload]\nbandwidth = \"45mbit\""),
+        "{out}"
+    );
+    // --upload alone changes the upload; the download keeps the common rate.
+    let o = cakewalk(&["check-config", &f, "--upload", "20mbit"]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("download: leaves through port a (lan): rate 100mbit"),
+        "{out}"
+    );
+    assert!(
+        out.contains("upload: leaves through port b (wan): rate 20mbit"),
+        "{out}"
+    );
+    // The same direction twice on the command line is refused, naming both flags.
+    let o = cakewalk(&[
+        "check-config",
+        &f,
+        "--rate",
+        "1mbit/2mbit",
+        "--upload",
+        "3mbit",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--rate and --upload"), "{}", stderr(&o));
+    let o = cakewalk(&["check-config", &f, "--rate", "1mbit/fast"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("the upload in DOWNLOAD/UPLOAD"),
+        "{}",
+        stderr(&o)
+    );
+    let help = stdout(&cakewalk(&["run", "--help"]));
+    assert!(
+        help.contains("DOWNLOAD/UPLOAD") && help.contains("--upload"),
+        "{help}"
+    );
+}

@@ -461,8 +461,12 @@ pub fn control_command(data: &[u8]) {
 
     let queues = Arc::new(Queues(Mutex::new(CakeConfig::default())));
     let state = ControlState {
-        targets: vec![queues.clone()],
-        cake: Mutex::new(CakeConfig::default()),
+        directions: vec![forwarder::control::DirectionTarget::new(
+            forwarder::config::direction::Direction::Download,
+            "a",
+            queues.clone(),
+            CakeConfig::default(),
+        )],
         started_with: Config::from_toml_str("").expect("the empty config loads"),
         latest_text: Arc::new(Mutex::new("report".into())),
         latest_json: Arc::new(Mutex::new("{}".into())),
@@ -478,7 +482,7 @@ pub fn control_command(data: &[u8]) {
                 || reply == "{}",
             "{line:?} -> {reply:?}"
         );
-        let live = state.cake.lock().expect("not poisoned").clone();
+        let live = state.directions[0].cake();
         live.validate()
             .unwrap_or_else(|e| panic!("{line:?} left an invalid config: {e}"));
         assert_eq!(
@@ -536,8 +540,12 @@ pub fn control_conversation(data: &[u8]) {
     ))
     .expect("the start config loads");
     let state = ControlState {
-        targets: vec![port.clone()],
-        cake: Mutex::new(start),
+        directions: vec![forwarder::control::DirectionTarget::new(
+            forwarder::config::direction::Direction::Download,
+            "a",
+            port.clone(),
+            start,
+        )],
         started_with,
         latest_text: Arc::new(Mutex::new("report".into())),
         latest_json: Arc::new(Mutex::new("{}".into())),
@@ -607,7 +615,7 @@ pub fn control_conversation(data: &[u8]) {
             drops,
             "{command:?} dropped queued packets"
         );
-        let live = state.cake.lock().expect("not poisoned").clone();
+        let live = state.directions[0].cake();
         live.validate()
             .unwrap_or_else(|e| panic!("{command:?} left an invalid config: {e}"));
         assert_eq!(

@@ -33,6 +33,7 @@
 //! | `sync_policy` | `"work-conserving"` or `"equal"` | — |
 //! | `bypass` | bool (default true) | — |
 
+pub mod direction;
 pub mod keywords;
 pub mod limits;
 pub mod tc;
@@ -200,6 +201,10 @@ struct RawShaper {
     #[serde(alias = "sync-policy")]
     sync_policy: Option<String>,
     bypass: Option<bool>,
+    /// `[shaper.download]`: the download's own keys ([`direction`]).
+    download: Option<toml::Table>,
+    /// `[shaper.upload]`: the upload's own keys.
+    upload: Option<toml::Table>,
 }
 
 /// Words allowed in a string `overhead` key.
@@ -640,39 +645,7 @@ impl ShaperConfig {
     /// Renders the effective section (every key, defaults included) as TOML that
     /// [`Config::from_toml_str`] reads back to the same values.
     pub fn to_toml(&self) -> String {
-        let c = &self.cake;
-        let mut o = CakeOptions {
-            rate: Some(c.rate),
-            autorate_ingress: Some(c.autorate_ingress),
-            interval_ns: Some(c.interval_ns),
-            target_ns: Some(c.target_ns),
-            diffserv: Some(c.diffserv),
-            flow_mode: Some(c.flow_mode),
-            nat: Some(c.nat),
-            wash: Some(c.wash),
-            split_gso: Some(c.split_gso),
-            ingress: Some(c.ingress),
-            ack_filter: Some(c.ack_filter),
-            memlimit: c.memlimit,
-            fwmark: Some(c.fwmark_mask),
-            atm: Some(c.atm),
-            overhead: Some(c.overhead),
-            raw: Some(c.raw),
-            mpu: Some(c.mpu),
-        };
-        if c.raw {
-            o.overhead = None;
-        }
-        let mut out = tc::render(&o, "");
-        if c.memlimit.is_none() {
-            out.push_str("# memlimit: automatic (from rate and rtt, as the kernel derives it)\n");
-        }
-        if !c.raw {
-            // render() prints `raw` or `overhead`; say both when compensating.
-            out.push_str("raw = false\n");
-        }
-        let _ = writeln!(out, "packet_limit = {}", c.packet_limit);
-        let _ = writeln!(out, "mtu = {}", c.mtu);
+        let mut out = cake_toml(&self.cake, "shaper");
         match self.seed {
             Some(seed) => {
                 let _ = writeln!(out, "seed = {seed}");
@@ -691,6 +664,43 @@ impl ShaperConfig {
         let _ = writeln!(out, "bypass = {}", self.bypass);
         out
     }
+}
+
+/// Every CAKE key of `c` as the TOML table `[section]`.
+fn cake_toml(c: &CakeConfig, section: &str) -> String {
+    let mut o = CakeOptions {
+        rate: Some(c.rate),
+        autorate_ingress: Some(c.autorate_ingress),
+        interval_ns: Some(c.interval_ns),
+        target_ns: Some(c.target_ns),
+        diffserv: Some(c.diffserv),
+        flow_mode: Some(c.flow_mode),
+        nat: Some(c.nat),
+        wash: Some(c.wash),
+        split_gso: Some(c.split_gso),
+        ingress: Some(c.ingress),
+        ack_filter: Some(c.ack_filter),
+        memlimit: c.memlimit,
+        fwmark: Some(c.fwmark_mask),
+        atm: Some(c.atm),
+        overhead: Some(c.overhead),
+        raw: Some(c.raw),
+        mpu: Some(c.mpu),
+    };
+    if c.raw {
+        o.overhead = None;
+    }
+    let mut out = tc::render_section(&o, "", section);
+    if c.memlimit.is_none() {
+        out.push_str("# memlimit: automatic (from rate and rtt, as the kernel derives it)\n");
+    }
+    if !c.raw {
+        // render() prints `raw` or `overhead`; say both when compensating.
+        out.push_str("raw = false\n");
+    }
+    let _ = writeln!(out, "packet_limit = {}", c.packet_limit);
+    let _ = writeln!(out, "mtu = {}", c.mtu);
+    out
 }
 
 /// The whole file as written.
@@ -718,11 +728,14 @@ pub struct Config {
     pub engine: crate::engine::EngineConfig,
     /// `[stats]`, until the stats module's typed section is committed.
     pub stats: toml::Table,
+    /// Each direction's shaper: `[shaper]` with the direction's own keys on top.
+    pub directions: direction::Directions,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
+            directions: direction::Directions::same_as(&ShaperConfig::default()),
             shaper: ShaperConfig::default(),
             ports: crate::port::PortsConfig::default(),
             engine: crate::engine::EngineConfig::default(),
@@ -770,6 +783,25 @@ const SAME_MEANING: &[(&str, &[&str])] = &[
     ("shaper.raw", &["shaper.overhead"]),
 ];
 
+/// The keys that mean the same as `key`: `shaper.bandwidth` for `shaper.rate`, and so on in
+/// a direction's table (`shaper.upload.bandwidth` for `shaper.upload.rate`).
+fn same_meaning(key: &str) -> Vec<String> {
+    let (prefix, last) = match key.strip_prefix("shaper.") {
+        Some(rest) => match rest.split_once('.') {
+            Some((dir, last)) => (format!("shaper.{dir}."), last),
+            None => ("shaper.".to_string(), rest),
+        },
+        None => return Vec::new(),
+    };
+    SAME_MEANING
+        .iter()
+        .filter(|(k, _)| k.strip_prefix("shaper.") == Some(last))
+        .flat_map(|(_, others)| others.iter())
+        .filter_map(|o| o.strip_prefix("shaper."))
+        .map(|o| format!("{prefix}{o}"))
+        .collect()
+}
+
 impl Overrides {
     /// Adds `key = value`, set by `flag`.
     pub fn set(&mut self, key: &str, value: impl Into<toml::Value>, flag: &str) {
@@ -788,12 +820,7 @@ impl Overrides {
     /// Refuses two overrides of one key (or of two keys that mean the same, as `--rate` and
     /// `--set shaper.bandwidth=...`): the later would silently win.
     fn check_clashes(&self) -> Result<(), ConfigError> {
-        let same = |a: &str, b: &str| {
-            a == b
-                || SAME_MEANING
-                    .iter()
-                    .any(|(k, others)| *k == a && others.contains(&b))
-        };
+        let same = |a: &str, b: &str| a == b || same_meaning(a).contains(&b.to_string());
         for (i, later) in self.entries.iter().enumerate() {
             if let Some(first) = self.entries[..i].iter().find(|e| same(&e.key, &later.key)) {
                 let flags = if first.flag == later.flag {
@@ -820,10 +847,8 @@ impl Overrides {
     fn apply(&self, table: &mut toml::Table) -> Result<(), ConfigError> {
         self.check_clashes()?;
         for o in &self.entries {
-            if let Some((_, others)) = SAME_MEANING.iter().find(|(k, _)| *k == o.key) {
-                for other in *others {
-                    remove_dotted(table, other);
-                }
+            for other in same_meaning(&o.key) {
+                remove_dotted(table, &other);
             }
             let value = match &o.value {
                 // `--set engine.duration=0` or `--set ports.a.iface=0` (DPDK port 0) reads
@@ -1193,6 +1218,17 @@ impl Config {
                 message: e.to_string().trim_end().to_string(),
             })?
         };
+        let mut raw = raw;
+        let mut tables = [
+            direction::DirectionTables {
+                named: raw.shaper.download.take(),
+                per_port: None,
+            },
+            direction::DirectionTables {
+                named: raw.shaper.upload.take(),
+                per_port: None,
+            },
+        ];
         let shaper = raw.shaper.resolve().map_err(|e| match e {
             ConfigError::Key { key, message } => ConfigError::Key {
                 key: overrides.label(&key, &[]),
@@ -1200,6 +1236,16 @@ impl Config {
             },
             other => other,
         })?;
+        for dir in direction::Direction::BOTH {
+            let port = direction::egress_port(raw.ports.uplink, dir);
+            let spec = if port == 0 {
+                &mut raw.ports.a
+            } else {
+                &mut raw.ports.b
+            };
+            tables[dir as usize].per_port = spec.shaper.take();
+        }
+        let directions = direction::resolve(&shaper, raw.ports.uplink, tables, overrides)?;
         check_port_keys(&raw.ports, overrides)?;
         check_run_settings(&raw.ports, &raw.engine, &raw.stats, overrides)?;
         if let Some(message) = autorate_conflict(&shaper.cake, raw.engine.tx_queues) {
@@ -1208,11 +1254,27 @@ impl Config {
                 message,
             });
         }
+        for dir in direction::Direction::BOTH {
+            let own = &directions.get(dir).own;
+            if own.autorate_ingress.is_none() {
+                continue;
+            }
+            if let Some(message) =
+                autorate_conflict(&directions.get(dir).cake, raw.engine.tx_queues)
+            {
+                let key = format!("shaper.{}.autorate_ingress", dir.name());
+                return Err(ConfigError::Key {
+                    key: overrides.label(&key, &["engine.tx_queues"]),
+                    message,
+                });
+            }
+        }
         Ok(Config {
             shaper,
             ports: raw.ports,
             engine: raw.engine,
             stats: raw.stats,
+            directions,
         })
     }
 
@@ -1224,11 +1286,48 @@ impl Config {
         }
     }
 
+    /// The direction that leaves through egress port `port` (0 = A, 1 = B).
+    pub fn egress_direction(&self, port: usize) -> direction::Direction {
+        direction::of_egress(self.ports.uplink, port)
+    }
+
+    /// The CAKE configuration of `dir`'s TX queues.
+    pub fn cake_for(&self, dir: direction::Direction) -> CakeConfig {
+        CakeConfig {
+            hash_key: crate::flow_key::cake_key(self.shaper.seed),
+            ..self.directions.get(dir).cake.clone()
+        }
+    }
+
+    /// The CAKE configuration of the TX queues of egress port `port`.
+    pub fn cake_for_egress(&self, port: usize) -> CakeConfig {
+        self.cake_for(self.egress_direction(port))
+    }
+
     /// Renders the effective configuration as TOML that reads back as the same
-    /// configuration: `[shaper]` with every default filled in, then `[ports]`, `[engine]` and
+    /// configuration: `[shaper]` with every default filled in, each direction's effective
+    /// CAKE settings (`[shaper.download]`, `[shaper.upload]`), then `[ports]`, `[engine]` and
     /// `[stats]` as resolved.
     pub fn effective(&self) -> String {
         let mut out = self.shaper.to_toml();
+        for dir in direction::Direction::BOTH {
+            let port = direction::egress_port(self.ports.uplink, dir);
+            let towards = match dir {
+                direction::Direction::Download => "towards the LAN",
+                direction::Direction::Upload => "towards the uplink (ports.uplink)",
+            };
+            let _ = writeln!(
+                out,
+                "\n# {}: what leaves through port {} ({}) {towards}; every CAKE key in effect",
+                dir.name(),
+                ["a", "b"][port],
+                self.ports.port_name(port),
+            );
+            out.push_str(&cake_toml(
+                &self.directions.get(dir).cake,
+                &format!("shaper.{}", dir.name()),
+            ));
+        }
         #[derive(serde::Serialize)]
         struct Sections<'a> {
             ports: &'a crate::port::PortsConfig,

@@ -176,11 +176,17 @@ pub fn convert(input: &str) -> Result<Conversion, TcError> {
 
 /// Renders `options` as a `[shaper]` section, with `source` as a comment.
 pub fn render(o: &CakeOptions, source: &str) -> String {
+    render_section(o, source, "shaper")
+}
+
+/// Renders `options` as the table `[section]` (`shaper`, `shaper.upload`), with `source` as
+/// a comment.
+pub fn render_section(o: &CakeOptions, source: &str, section: &str) -> String {
     let mut out = String::new();
     if !source.is_empty() {
         let _ = writeln!(out, "# from tc: cake {source}");
     }
-    out.push_str("[shaper]\n");
+    let _ = writeln!(out, "[{section}]");
     let mut line = |k: &str, v: String| {
         let _ = writeln!(out, "{k} = {v}");
     };

@@ -529,6 +529,10 @@ fn the_whole_effective_config_is_toml_that_reads_back_the_same() {
         let mut again = Config::from_toml_str(&shown).unwrap();
         // Every shaper key is written out, so all of them now count as given.
         again.shaper.given = c.shaper.given.clone();
+        // Each direction is written out whole too: the same CAKE settings.
+        for d in direction::Direction::BOTH {
+            again.directions.get_mut(d).own = c.directions.get(d).own.clone();
+        }
         // Every [stats] key is written out too: the same settings, a fuller table.
         let resolved = |t: &toml::Table| -> crate::stats::StatsConfig {
             toml::Value::Table(t.clone()).try_into().unwrap()

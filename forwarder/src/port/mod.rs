@@ -136,6 +136,11 @@ pub struct PortSpec {
     pub output: Option<PathBuf>,
     /// Receive queues (each goes to one worker).
     pub rx_queues: usize,
+    /// `[ports.X.shaper]`: CAKE keys for what leaves through this port, as written. The
+    /// config loader moves them into the direction this port carries
+    /// ([`crate::config::direction`]), so a loaded config holds `None` here.
+    #[serde(skip_serializing)]
+    pub shaper: Option<toml::Table>,
 }
 
 impl Default for PortSpec {
@@ -147,6 +152,7 @@ impl Default for PortSpec {
             input: None,
             output: None,
             rx_queues: 1,
+            shaper: None,
         }
     }
 }
@@ -162,6 +168,9 @@ pub struct PortsConfig {
     pub a: PortSpec,
     /// Port B (`[ports.b]`).
     pub b: PortSpec,
+    /// The port that faces the uplink: what leaves through it is the upload, what leaves
+    /// through the other port the download (`"b"` by default).
+    pub uplink: crate::config::direction::PortSide,
     /// Forward B -> A as well as A -> B.
     pub bidirectional: bool,
     /// pcap input: replay the file forever instead of once.
@@ -188,6 +197,7 @@ impl Default for PortsConfig {
                 name: "b".into(),
                 ..PortSpec::default()
             },
+            uplink: crate::config::direction::PortSide::B,
             bidirectional: true,
             loop_input: false,
             pool_buffers: 16384,

@@ -1080,6 +1080,23 @@ fn check_port_keys(
                 ),
             });
         }
+        // No machine has such an interface (the kernel's dev_valid_name): say so here,
+        // where the file is checked, not only when preflight or the run looks for it.
+        let name = spec.iface.trim();
+        let impossible = name.len() > 15
+            || name == "."
+            || name == ".."
+            || name
+                .chars()
+                .any(|c| c == '/' || c == ':' || c.is_whitespace());
+        if spec.kind == PortKind::Afpacket && impossible {
+            return Err(ConfigError::Key {
+                key: overrides.label(&format!("ports.{side}.iface"), &["ports.a.iface"]),
+                message: format!(
+                    "'{name}' cannot be a Linux interface name (at most 15 bytes, no '/', ':' or spaces); use the name `ip link` shows"
+                ),
+            });
+        }
     }
     if ports.a.kind == ports.b.kind
         && matches!(ports.a.kind, PortKind::Afpacket | PortKind::Dpdk)

@@ -366,6 +366,23 @@ fn a_negative_integer_is_called_negative() {
 }
 
 #[test]
+fn an_afpacket_interface_name_no_kernel_accepts_is_refused() {
+    for name in ["a-name-of-sixteen", "eth0/1", "eth0:1", "my nic", ".."] {
+        let e = err(&format!(
+            "[ports.a]\nkind = \"afpacket\"\niface = \"{name}\"\n[ports.b]\nkind = \"afpacket\"\niface = \"eth1\""
+        ));
+        assert!(
+            e.starts_with("ports.a.iface:") && e.contains("cannot be a Linux interface name"),
+            "{name}: {e}"
+        );
+    }
+    assert!(Config::from_toml_str(
+        "[ports.a]\nkind = \"afpacket\"\niface = \"enp1s0f0np0.100\"\n[ports.b]\nkind = \"afpacket\"\niface = \"eth1\""
+    )
+    .is_ok());
+}
+
+#[test]
 fn a_port_key_its_backend_does_not_read_is_refused() {
     let mut o = Overrides::default();
     o.set("ports.a.input", "in.pcap", "--input");

@@ -172,7 +172,7 @@ fn benches(c: &mut Criterion) {
             &plain,
         );
         let ds = metas(flows, true);
-        // The matrix: besteffort and diffserv3, flows and triple-isolate.
+        // The matrix: besteffort and diffserv3, flows and triple-isolate.
         for shaped in [false, true] {
             for (name, diffserv, flow_mode, metas) in [
                 (

@@ -547,7 +547,20 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 /// a flood far above the rate would report most packets dropped.
 pub fn with_generator_paced(config: &Config) -> PortsConfig {
     let mut ports = config.ports.clone();
-    let shaped = config.shaper.cake.rate.bits_per_sec();
+    // Port A's generator feeds port B's egress; with one on port B too (both directions),
+    // one offered rate serves both, so it follows the faster direction (flat out when
+    // either is unlimited), and the slower one drops more.
+    let egress = |p: usize| config.cake_for_egress(p).rate.bits_per_sec();
+    let shaped = if ports.synth.both_directions {
+        let (ab, ba) = (egress(1), egress(0));
+        if ab == 0 || ba == 0 {
+            0
+        } else {
+            ab.max(ba)
+        }
+    } else {
+        egress(1)
+    };
     let rate = crate::port::synth::resolve_auto_rate(&ports.synth.rate, shaped);
     let generates = ports.a.kind == PortKind::Synth;
     if rate != ports.synth.rate && generates && shaped != 0 {

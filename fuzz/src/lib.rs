@@ -665,9 +665,22 @@ pub fn config_reload(data: &[u8]) {
             None => (String::new(), text.to_string()),
         },
     };
-    let dir = std::env::temp_dir().join(format!("cakewalk-fuzz-reload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let (old_path, new_path) = (dir.join("old.toml"), dir.join("new.toml"));
+    /// A directory of its own per call (the replay tests run this body on several threads
+    /// at once), removed when the call ends however it ends.
+    struct Scratch(std::path::PathBuf);
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = Scratch(std::env::temp_dir().join(format!(
+        "cakewalk-fuzz-reload-{}-{call}",
+        std::process::id()
+    )));
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let (old_path, new_path) = (dir.0.join("old.toml"), dir.0.join("new.toml"));
     std::fs::write(&old_path, old).expect("temp file");
     std::fs::write(&new_path, new).expect("temp file");
     let mut overrides = Overrides::default();

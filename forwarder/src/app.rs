@@ -850,6 +850,7 @@ fn supervise<P: PortBuf>(
         synth: synth.clone(),
         backend,
         handoff: Box::new(handoff_src),
+        directions: direction_sources(config),
     })));
     {
         // `ctl stats` answers with the state when asked, not the last interval's.
@@ -976,7 +977,33 @@ fn supervise<P: PortBuf>(
             r.conservation_line()
         );
     }
+    if let Some(d) = r.directions.iter().position(|d| !d.conservation.ok) {
+        bail!(
+            "conservation check failed for one direction: {}; this is a bug, please report it with the config used",
+            r.direction_lines()[d]
+        );
+    }
     Ok(())
+}
+
+/// The directions forwarded: A -> B always, B -> A when bidirectional; each named by the
+/// port it leaves through.
+fn direction_sources(config: &Config) -> Vec<crate::stats::DirectionSource> {
+    let mut out = vec![crate::stats::DirectionSource {
+        direction: config.egress_direction(1),
+        ingress: 0,
+        egress: 1,
+    }];
+    if config.ports.bidirectional {
+        out.push(crate::stats::DirectionSource {
+            direction: config.egress_direction(0),
+            ingress: 1,
+            egress: 0,
+        });
+    }
+    // Download first, as everywhere else.
+    out.sort_by_key(|d| d.direction);
+    out
 }
 
 /// Makes port A's first receive queue stall once when the test hook asks for it

@@ -125,8 +125,21 @@ fn forward_then_stop(
         synth: vec![(0, stats)],
         handoff: Box::new(handoff),
         backend: Vec::new(),
+        directions: vec![crate::stats::DirectionSource {
+            direction: crate::config::direction::Direction::Upload,
+            ingress: 0,
+            egress: 1,
+        }],
     });
-    r.final_report(1.0)
+    let report = r.final_report(1.0);
+    // One direction forwarded (a -> b): it holds its own conservation as the whole does.
+    assert_eq!(report.directions.len(), 1);
+    assert_eq!(
+        report.directions[0].conservation.ok, report.conservation.ok,
+        "{:?}",
+        report.directions
+    );
+    report
 }
 
 /// Two workers, two receive queues on port 0 (the generator splits its flows between

@@ -18,6 +18,7 @@ use qdisc::mq::TxQueueStats;
 use qdisc::{DropReason, Rate};
 use serde::{Deserialize, Serialize};
 
+use crate::config::direction::Direction;
 use crate::counters::synth::{SynthStats, SynthTotals};
 use crate::counters::{egress, port, Snapshot, TinSnapshot, WorkerCounters};
 
@@ -82,6 +83,37 @@ pub struct Sources {
     pub handoff: Box<dyn Fn(usize) -> u64 + Send + Sync>,
     /// Backends' own counters (pcap, AF_PACKET), per port: (port index, reader).
     pub backend: Vec<(usize, BackendCounters)>,
+    /// The directions forwarded: each from its ingress port to its egress port.
+    pub directions: Vec<DirectionSource>,
+}
+
+/// One direction the forwarder carries: what arrives on `ingress` leaves through `egress`.
+#[derive(Debug, Clone, Copy)]
+pub struct DirectionSource {
+    /// Download or upload.
+    pub direction: Direction,
+    /// The port it arrives on.
+    pub ingress: usize,
+    /// The port it leaves through (whose TX queues shape it).
+    pub egress: usize,
+}
+
+/// One direction's figures: its configured and current rate, and its own conservation
+/// (what arrived on its ingress port was sent, dropped or is queued on its egress port).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DirectionReport {
+    /// `download` or `upload`.
+    pub direction: Direction,
+    /// The port it arrives on.
+    pub ingress: String,
+    /// The port it leaves through.
+    pub egress: String,
+    /// The configured shared rate of its TX queues, bit/s (0 = unlimited).
+    pub rate_bps: u64,
+    /// What it transmitted over the interval, bit/s.
+    pub tx_bps: f64,
+    /// received (on the ingress port) = transmitted + dropped + queued (on the egress port).
+    pub conservation: Conservation,
 }
 
 /// Reads one backend's own counters (name, value).
@@ -225,6 +257,8 @@ pub struct Report {
     pub synth: Vec<SynthReport>,
     /// Backend counters.
     pub backend: Vec<BackendReport>,
+    /// Per direction: rates and conservation.
+    pub directions: Vec<DirectionReport>,
     /// The conservation check.
     pub conservation: Conservation,
 }
@@ -312,6 +346,8 @@ impl Reporter {
             DropReason::ALL.iter().map(|r| (r.name(), 0)).collect();
         let mut dropped = 0u64;
         let mut queued_total = 0u64;
+        // Per egress port: (dropped, queued, configured rate) for the direction it carries.
+        let mut per_egress = vec![(0u64, 0u64, 0u64); layout.ports];
         for (e, q) in s.queues.iter().enumerate() {
             let st = q.stats();
             let mut drops = BTreeMap::new();
@@ -326,6 +362,11 @@ impl Reporter {
             }
             let queued = q.backlog() + snap.egress(e, egress::PENDING) + (s.handoff)(e);
             queued_total += queued;
+            if let Some(slot) = per_egress.get_mut(e / layout.queues.max(1)) {
+                slot.0 += drops.values().sum::<u64>();
+                slot.1 += queued;
+                slot.2 = q.rate().bits_per_sec();
+            }
             queues.push(QueueReport {
                 port: s
                     .port_names
@@ -368,6 +409,29 @@ impl Reporter {
         let transmitted: u64 = ports.iter().map(|p| p.tx_packets).sum();
         let conservation =
             Conservation::check(received, transmitted, dropped, queued_total, final_report);
+        let directions = s
+            .directions
+            .iter()
+            .filter(|d| d.ingress < ports.len() && d.egress < ports.len())
+            .map(|d| {
+                let (dropped, queued, rate_bps) =
+                    per_egress.get(d.egress).copied().unwrap_or_default();
+                DirectionReport {
+                    direction: d.direction,
+                    ingress: ports[d.ingress].port.clone(),
+                    egress: ports[d.egress].port.clone(),
+                    rate_bps,
+                    tx_bps: ports[d.egress].tx_bps,
+                    conservation: Conservation::check(
+                        ports[d.ingress].rx_packets,
+                        ports[d.egress].tx_packets,
+                        dropped,
+                        queued,
+                        final_report,
+                    ),
+                }
+            })
+            .collect();
         let report = Report {
             elapsed_s,
             final_report,
@@ -376,9 +440,19 @@ impl Reporter {
             drops: drops_total,
             synth,
             backend,
+            directions,
             conservation,
         };
         (report, snap)
+    }
+}
+
+/// A configured rate: "unlimited" for 0, else as [`fmt_bps`].
+fn fmt_rate(bps: u64) -> String {
+    if bps == 0 {
+        "unlimited".to_string()
+    } else {
+        fmt_bps(bps as f64)
     }
 }
 
@@ -436,10 +510,50 @@ impl Report {
             },
             self.conservation.queued
         );
+        for d in &self.directions {
+            let _ = write!(
+                out,
+                " | {} {} of {}",
+                d.direction.name(),
+                fmt_bps(d.tx_bps),
+                fmt_rate(d.rate_bps)
+            );
+        }
         if let Some(d) = interval_delay_ns {
             let _ = write!(out, " | delay p50 {} p99 {}", fmt_ns(d[0]), fmt_ns(d[1]));
         }
         out
+    }
+
+    /// One line per direction: its rates and its own conservation, `download (wan -> lan):
+    /// rate 50.00Mbit, sent 47.12Mbit; received 1000 = transmitted 990 + dropped 8 + queued 2:
+    /// ok`.
+    pub fn direction_lines(&self) -> Vec<String> {
+        self.directions
+            .iter()
+            .map(|d| {
+                let c = &d.conservation;
+                format!(
+                    "{} ({} -> {}): rate {}, sent {}; received {} = transmitted {} + dropped {} + queued {}: {}",
+                    d.direction.name(),
+                    d.ingress,
+                    d.egress,
+                    fmt_rate(d.rate_bps),
+                    fmt_bps(d.tx_bps),
+                    c.received,
+                    c.transmitted,
+                    c.dropped,
+                    c.queued,
+                    if !self.final_report {
+                        "live counters, exact only at exit"
+                    } else if c.ok {
+                        "ok"
+                    } else {
+                        "MISMATCH"
+                    }
+                )
+            })
+            .collect()
     }
 
     /// The conservation line.
@@ -572,6 +686,10 @@ impl Report {
             out.push_str(&line);
             out.push('\n');
         }
+        for line in self.direction_lines() {
+            out.push_str(&line);
+            out.push('\n');
+        }
         out.push_str(&self.conservation_line());
         out.push('\n');
         out
@@ -664,8 +782,47 @@ mod tests {
             drops,
             synth: Vec::new(),
             backend: Vec::new(),
+            directions: Vec::new(),
             conservation: Conservation::check(10, transmitted, 3, 0, final_report),
         }
+    }
+
+    #[test]
+    fn each_direction_shows_its_rates_and_its_own_conservation_everywhere() {
+        let mut r = report(true, 7);
+        r.directions.push(DirectionReport {
+            direction: Direction::Upload,
+            ingress: "lan".into(),
+            egress: "wan".into(),
+            rate_bps: 10_000_000,
+            tx_bps: 9_800_000.0,
+            conservation: Conservation::check(10, 7, 3, 0, true),
+        });
+        let text = r.final_text();
+        assert!(
+            text.contains("upload (lan -> wan): rate 10.00Mbit, sent 9.80Mbit; received 10 = transmitted 7 + dropped 3 + queued 0: ok"),
+            "{text}"
+        );
+        assert!(
+            r.live_line(None)
+                .contains(" | upload 9.80Mbit of 10.00Mbit"),
+            "{}",
+            r.live_line(None)
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["directions"][0]["direction"], "upload");
+        assert_eq!(json["directions"][0]["rate_bps"], 10_000_000);
+        let prom = prometheus::render(&r);
+        assert!(
+            prom.contains("cakewalk_direction_rate_bytes_per_second{direction=\"upload\",port=\"wan\"} 1250000\n"),
+            "{prom}"
+        );
+        assert!(
+            prom.contains("cakewalk_direction_tx_bytes_per_second{direction=\"upload\",port=\"wan\"} 1225000\n"),
+            "{prom}"
+        );
+        r.directions[0].conservation = Conservation::check(10, 6, 3, 0, true);
+        assert!(r.final_text().contains(": MISMATCH"));
     }
 
     #[test]

@@ -401,6 +401,46 @@ pub fn render(r: &Report) -> String {
             },
         );
     }
+    let dirs = &r.directions;
+    x.family(
+        "cakewalk_direction_rate_bytes_per_second",
+        Kind::Gauge,
+        "The configured rate of the direction: the shared rate of the TX queues of the port it leaves through (0: unlimited).",
+        |f| {
+            for d in dirs {
+                f.integer(
+                    &[("direction", d.direction.name()), ("port", &d.egress)],
+                    d.rate_bps / 8,
+                );
+            }
+        },
+    );
+    x.family(
+        "cakewalk_direction_tx_bytes_per_second",
+        Kind::Gauge,
+        "What the direction transmitted over the last stats interval.",
+        |f| {
+            for d in dirs {
+                f.sample(
+                    &[("direction", d.direction.name()), ("port", &d.egress)],
+                    d.tx_bps / 8.0,
+                );
+            }
+        },
+    );
+    x.family(
+        "cakewalk_direction_conservation_unaccounted_packets",
+        Kind::Gauge,
+        "The direction's received (on its ingress port) - transmitted - dropped - queued (on its egress port).",
+        |f| {
+            for d in dirs {
+                f.sample(
+                    &[("direction", d.direction.name()), ("port", &d.egress)],
+                    d.conservation.unaccounted as f64,
+                );
+            }
+        },
+    );
     let c = &r.conservation;
     x.family(
         "cakewalk_conservation_ok",

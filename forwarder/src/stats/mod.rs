@@ -890,7 +890,17 @@ mod tests {
             count: 2,
             sum_us: 20_000_000,
         };
+        r.backend.push(BackendReport {
+            port: "b".into(),
+            counters: [("rx_kernel_drops", 5)].into_iter().collect(),
+        });
         let text = prometheus::render(&r);
+        assert!(
+            text.contains(
+                "cakewalk_backend_frames_total{port=\"b\",counter=\"rx_kernel_drops\"} 5"
+            ),
+            "{text}"
+        );
         assert!(text.contains("cakewalk_rate_bytes_per_second{port=\"a\",queue=\"0\"} 1000000"));
         assert!(text.contains(
             "cakewalk_tin_sojourn_seconds_bucket{port=\"a\",queue=\"0\",tin=\"Best Effort\",le=\"10\"} 1\ncakewalk_tin_sojourn_seconds_bucket{port=\"a\",queue=\"0\",tin=\"Best Effort\",le=\"+Inf\"} 2\ncakewalk_tin_sojourn_seconds_sum{port=\"a\",queue=\"0\",tin=\"Best Effort\"} 20\n"

@@ -441,6 +441,21 @@ pub fn render(r: &Report) -> String {
             }
         },
     );
+    if !r.backend.is_empty() {
+        let backend = &r.backend;
+        x.family(
+            "cakewalk_backend_frames_total",
+            Kind::Counter,
+            "Frames the port's backend counted below the engine (pcap files, AF_PACKET), by counter.",
+            |f| {
+                for b in backend {
+                    for (counter, n) in &b.counters {
+                        f.integer(&[("port", &b.port), ("counter", counter)], *n);
+                    }
+                }
+            },
+        );
+    }
     let c = &r.conservation;
     x.family(
         "cakewalk_conservation_ok",

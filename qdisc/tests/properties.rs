@@ -274,6 +274,9 @@ enum StepOp {
         /// SACK blocks as (start, length) offsets from the cumulative ACK; a start below
         /// it makes a DSACK.
         sack: Vec<(i16, u16)>,
+        /// GSO segments, firewall mark, whether the flow's precomputed L4 hash comes
+        /// with the packet, and whether NAT rewrote its keys.
+        extras: (u16, u8, bool, bool),
     },
     Dequeue {
         dt_us: u16,
@@ -295,8 +298,16 @@ fn step_op() -> impl Strategy<Value = StepOp> {
             any::<bool>(),
             any::<bool>(),
             proptest::collection::vec((-3000i16..3000, 1u16..3000), 0..4),
+            (prop_oneof![8 => Just(0u16), 1 => 2u16..5], 0u8..10, any::<bool>(), any::<bool>()),
         )
-            .prop_map(|(flow, len, ect, ack, sack)| StepOp::Enqueue { flow, len, ect, ack, sack }),
+            .prop_map(|(flow, len, ect, ack, sack, extras)| StepOp::Enqueue {
+                flow,
+                len,
+                ect,
+                ack,
+                sack,
+                extras,
+            }),
         6 => (0u16..3000).prop_map(|dt_us| StepOp::Dequeue { dt_us }),
         1 => (0u8..24, 0u16..1600).prop_map(|(flow, len)| StepOp::Bypass { flow, len }),
         1 => prop_oneof![Just(0u32), 1u32..200_000].prop_map(|kbit| StepOp::SetRate { kbit }),
@@ -305,22 +316,28 @@ fn step_op() -> impl Strategy<Value = StepOp> {
 
 /// Configurations for the lockstep: every diffserv and flow mode, unlimited and shaped,
 /// every link-layer preset (raw, overheads, MPU, ATM and PTM framing), ingress, small
-/// packet and memory limits, both ACK filter modes, the random seed and the hash key.
+/// packet and memory limits, both ACK filter modes, NAT, the firewall-mark override, the
+/// random seed and the hash key.
 fn lockstep_config() -> impl Strategy<Value = CakeConfig> {
     (
         (initial_config(), 0usize..LinkPreset::ALL.len()),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
         proptest::option::of(1000u64..100_000),
+        prop_oneof![Just(0u32), Just(0xff), Just(0xf0)],
         (any::<u64>(), any::<u64>()),
     )
-        .prop_map(|((mut c, preset), ingress, memlimit, (seed, hash_key))| {
-            LinkPreset::ALL[preset].apply(&mut c);
-            c.ingress = ingress;
-            c.memlimit = memlimit;
-            c.seed = seed;
-            c.hash_key = hash_key;
-            c
-        })
+        .prop_map(
+            |((mut c, preset), (ingress, nat), memlimit, fwmark_mask, (seed, hash_key))| {
+                LinkPreset::ALL[preset].apply(&mut c);
+                c.ingress = ingress;
+                c.nat = nat;
+                c.memlimit = memlimit;
+                c.fwmark_mask = fwmark_mask;
+                c.seed = seed;
+                c.hash_key = hash_key;
+                c
+            },
+        )
 }
 
 /// Runs `ops` through `Cake` and the reference in lockstep, then drains both and compares
@@ -341,6 +358,7 @@ fn run_lockstep(config: &CakeConfig, ops: &[StepOp]) {
                 ect,
                 ack,
                 sack,
+                extras: (gso_segs, mark, with_l4_hash, rewritten),
             } => {
                 let f = usize::from(*flow);
                 let dscp = [0u8, 8, 46, 10, 16, 24, 32, 48][f % 8];
@@ -361,12 +379,16 @@ fn run_lockstep(config: &CakeConfig, ops: &[StepOp]) {
                     p.ack = Some(info);
                 }
                 seqs[f] += 1;
-                let meta = udp_meta(
+                let mut meta = udp_meta(
                     u32::from(*flow % 5),
                     u32::from(*flow % 3),
                     u32::from(*flow),
                     dscp,
                 );
+                meta.gso_segs = *gso_segs;
+                meta.mark = u32::from(*mark) * 0x11;
+                meta.l4_hash = with_l4_hash.then(|| u32::from(*flow).wrapping_mul(0x9e37_79b9));
+                meta.keys_rewritten = *rewritten;
                 l.enqueue(now, p, &meta);
             }
             StepOp::Dequeue { dt_us } => {
@@ -404,8 +426,17 @@ fn run_lockstep(config: &CakeConfig, ops: &[StepOp]) {
     l.compare_counters();
 }
 
+/// Cases of the lockstep property: 256, or `PROPTEST_CASES` (a release build runs tens of
+/// thousands a minute).
+fn lockstep_cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(lockstep_cases()))]
 
     #[test]
     fn cake_agrees_with_the_reference_event_by_event(

@@ -132,6 +132,10 @@ where
     fn run_wanted(&self, now_ns: u64) -> bool {
         self.mq.queue(self.i).run_wanted(now_ns)
     }
+    #[inline]
+    fn run_urgent(&self) -> bool {
+        self.mq.queue(self.i).run_urgent()
+    }
     fn backlog(&self) -> u64 {
         self.mq.queue(self.i).backlog() as u64
     }

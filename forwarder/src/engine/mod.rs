@@ -801,8 +801,12 @@ impl<P: PortBuf> Worker<P> {
                 let mut tx_bytes = 0u64;
                 let mut tx_refused = 0u64;
                 // A queue with nothing to drain, dequeue, apply or sync is not run at all (its
-                // lock round trip and publish would cost more than a bypassed burst).
-                if room > 0 && now >= slot.due_ns && self.shapers[e].run_wanted(now) {
+                // lock round trip and publish would cost more than a bypassed burst). One
+                // waiting for its next send time is left alone until then, unless something
+                // cannot wait: packets in its intake (at a low rate the wait is seconds, and
+                // they would fill the intake and be dropped there, not by CAKE) or a change.
+                let due = now >= slot.due_ns || self.shapers[e].run_urgent();
+                if room > 0 && due && self.shapers[e].run_wanted(now) {
                     // `out[kept..]` is what the run added since the last transmit (a run may
                     // transmit more than once, and each transmit may leave some behind).
                     let mut kept = slot.pending.len();

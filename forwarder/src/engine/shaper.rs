@@ -104,6 +104,13 @@ pub trait Shaper<P>: Send + Sync {
         true
     }
 
+    /// Whether a run must not wait for the time the last run said the next packet is due
+    /// (see `TxQueue::run_urgent`: packets in the intake, a change to apply). The default
+    /// never says so.
+    fn run_urgent(&self) -> bool {
+        false
+    }
+
     /// Packets waiting in the queue.
     fn backlog(&self) -> u64;
 
@@ -166,6 +173,11 @@ where
     #[inline]
     fn run_wanted(&self, now_ns: u64) -> bool {
         TxQueue::run_wanted(self, now_ns)
+    }
+
+    #[inline]
+    fn run_urgent(&self) -> bool {
+        TxQueue::run_urgent(self)
     }
 
     fn backlog(&self) -> u64 {

@@ -310,6 +310,77 @@ fn one_worker_forwards_every_packet_through_cake_in_order() {
 }
 
 #[test]
+fn a_queue_waiting_for_its_next_send_time_still_takes_what_arrives_into_cake() {
+    // At 8 kbit/s a full-size frame waits 1.5 s for its turn. The worker used to leave such
+    // a queue alone until then; once one packet went into the queue's intake (offered by
+    // another worker, or while the stats reporter held the queue to read its tins), every
+    // later offer queued behind it there, the intake filled and dropped (intake_full: not
+    // the shaper's choice) instead of CAKE dropping from the fattest flow. Here the test
+    // offers that one packet as a peer would, once the queue holds a backlog.
+    let slow = qdisc::cake::CakeConfig {
+        rate: qdisc::Rate::from_bits_per_sec(8_000),
+        // Small, so that CAKE's overflow drops free buffers and the generator keeps going.
+        memlimit: Some(256 * 1024),
+        ..qdisc::cake::CakeConfig::default()
+    };
+    let cfg = SynthConfig {
+        flows: 37,
+        ..SynthConfig::default()
+    };
+    let plan = SynthPlan::new(&cfg, 0).unwrap();
+    let stats = Arc::new(SynthStats::default());
+    let rx: Vec<Box<dyn PortRx<Buf = PoolBuf>>> = vec![Box::new(SynthRx::new(
+        &plan,
+        Pool::new(2048, 2048),
+        0,
+        1,
+        &stats,
+    ))];
+    let tx = || -> Vec<Box<dyn PortTx<Buf = PoolBuf>>> {
+        vec![Box::new(SynthTx::new(37, stats.clone()))]
+    };
+    let ports = EnginePorts {
+        rx: vec![rx, Vec::new()],
+        tx: vec![tx(), tx()],
+        forward: vec![Some(1), None],
+    };
+    let (shapers, _) =
+        build_queues(&QueueChoice::Cake(slow), 2, 1, TxQueueOptions::default()).unwrap();
+    let egress = shapers[1].clone();
+    let ecfg = EngineConfig {
+        pin: false,
+        ..EngineConfig::default()
+    };
+    let running = start(&ecfg, ports, shapers).unwrap();
+    let start_at = std::time::Instant::now();
+    while egress.backlog() == 0 && start_at.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let pool = Pool::new(4, 2048);
+    let mut pkt = pool.alloc().unwrap();
+    pkt.set_len(100);
+    let mut metas = [PacketMeta::default()];
+    let offered = egress.offer_burst(
+        clock::now_ns(),
+        &mut vec![pkt],
+        &mut metas,
+        &mut |_, _| {},
+        &mut Vec::new(),
+        Offerer::Peer,
+    );
+    assert_eq!(offered.queued, 1, "into the intake: {offered:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    running.stop_now();
+    assert_eq!(running.join(), 0);
+    let _ = egress.run(clock::now_ns(), 0, &mut Vec::new(), &mut |_o: &mut Vec<
+        PoolBuf,
+    >| {});
+    let st = egress.stats();
+    assert!(st.enqueued > 2_000, "{st:?}");
+    assert_eq!(st.intake_full, 0, "{st:?}");
+}
+
+#[test]
 fn two_workers_hand_bypassed_packets_over_without_loss_or_reordering() {
     let r = forward(QueueChoice::Fifo, 2, 2, 20_000);
     let s = &r.synth[0];

@@ -676,6 +676,17 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 >= self.shared.sync_interval_ns()
     }
 
+    /// Whether a run has work that must not wait for the qdisc's next send time: packets in
+    /// the intake (the qdisc, not the intake, must choose what to drop, and later offers
+    /// queue behind them there), a configuration to apply, or a rate change (it moves the
+    /// next send time). A worker that skips runs until that time runs at once when this
+    /// says so; [`TxQueue::run_wanted`] still decides whether there is anything at all.
+    pub fn run_urgent(&self) -> bool {
+        !self.intake.is_empty()
+            || self.pending_flag.load(Ordering::Relaxed)
+            || self.published.generation.load(Ordering::Relaxed) != self.shared.generation()
+    }
+
     /// Changes this queue's global rate (all siblings of its [`SharedRate`] follow); runners
     /// apply it at their next run through `set_rate`, never purging anything.
     pub fn set_rate(&self, rate: Rate) {

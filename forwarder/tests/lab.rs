@@ -597,3 +597,317 @@ fn a_link_that_goes_down_and_up_again_forwards_again_by_itself() {
         "{stdout}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Download and upload at their own rates, both loaded at once (`scripts/lab/bidir`).
+//
+// Host A is the LAN side (port a), host B the uplink side (port b, the default ports.uplink):
+// the download (B -> A) is shaped at 50 Mbit/s on port a's queues, the upload (A -> B) at
+// 10 Mbit/s with the ACK filter on port b's, 4 TCP streams each way at once with a ping probe
+// from A. Then `ctl set --direction upload rate 5mbit` halves the upload alone, and the same
+// load runs again: the download must not notice.
+//
+// Each direction's goodput is compared with its own ceiling after headers: the shaped rate
+// times 1448/1514 (a full TCP segment's payload per frame) times the share of the direction's
+// egress bytes that carried its own data, the rest being the other direction's ACKs and the
+// probe (a 10:1 line's upload carries the download's ACKs: about a fifth of its bytes here).
+// That share is the receiving iperf3's byte total (in frames) over the bytes cakewalk sent on
+// the egress port, both counted over the same phase (`ctl stats --json` before and after).
+
+/// The download and upload rates, and the upload after the live change, in bit/s.
+const DOWN_BPS: f64 = 50e6;
+const UP_BPS: f64 = 10e6;
+const UP_AFTER_BPS: f64 = 5e6;
+
+/// One asymmetric run's output directory and `key=value` results.
+struct BidirRun {
+    run: Run,
+    dir: PathBuf,
+}
+
+impl Lab {
+    /// One `scripts/lab/bidir` measurement with `ports` (the port flags of `cakewalk run`).
+    fn measure_bidir(&self, name: &str, ports: &str) -> BidirRun {
+        let dir = self
+            .out
+            .as_ref()
+            .expect("the log dir lives as long as the lab")
+            .path()
+            .join(name);
+        std::fs::create_dir_all(&dir).expect("create the run's log dir");
+        let stats = dir.join("stats.jsonl");
+        let args = format!(
+            "--rate 50mbit/10mbit --set shaper.upload.ack_filter=true --idle sleep --duration 0 --stats-json {}",
+            stats.display()
+        );
+        let out = Command::new(repo_root().join("scripts/lab/bidir"))
+            .arg(&self.suffix)
+            .args(["--cakewalk", env!("CARGO_BIN_EXE_cakewalk")])
+            .args(["--ports", ports, "--args", &args])
+            .args(["--then", "--direction upload rate 5mbit"])
+            .args(["--time", "8", "--streams", "4", "--out"])
+            .arg(&dir)
+            .output()
+            .expect("run scripts/lab/bidir");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let log = std::fs::read_to_string(dir.join("cakewalk.log")).unwrap_or_default();
+        assert!(
+            out.status.success(),
+            "{name}: scripts/lab/bidir failed:\n{text}\n{}\ncakewalk log:\n{log}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let values = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let last_stats = std::fs::read_to_string(&stats)
+            .unwrap_or_default()
+            .lines()
+            .last()
+            .map(str::to_string)
+            .unwrap_or_default();
+        BidirRun {
+            run: Run {
+                name: name.to_string(),
+                values,
+                last_stats,
+                log,
+            },
+            dir,
+        }
+    }
+}
+
+fn json_file(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{}: not JSON ({e}): {text}", path.display()))
+}
+
+/// Payload bytes an iperf3 receiver counted over every interval (the omitted one too).
+fn received_bytes(path: &Path) -> f64 {
+    json_file(path)["intervals"]
+        .as_array()
+        .map(|v| v.iter().filter_map(|i| i["sum"]["bytes"].as_f64()).sum())
+        .unwrap_or(0.0)
+}
+
+impl BidirRun {
+    /// Bytes cakewalk transmitted on port `port` (0 = a, 1 = b) during phase `p`.
+    fn egress_bytes(&self, p: &str, port: usize) -> f64 {
+        let at = |when: &str| {
+            json_file(&self.dir.join(format!("{p}-{when}.json")))["ports"][port]["tx_bytes"]
+                .as_f64()
+                .unwrap_or(0.0)
+        };
+        at("after") - at("before")
+    }
+
+    /// Goodput over its ceiling after headers, for the download or the upload of phase `p`
+    /// shaped at `rate_bps`.
+    fn goodput_ratio(&self, p: &str, download: bool, rate_bps: f64) -> f64 {
+        let (receiver, egress, key) = if download {
+            (format!("{p}-down.json"), 0, format!("down{}_mbit", &p[1..]))
+        } else {
+            (
+                format!("{p}-server-up.json"),
+                1,
+                format!("up{}_mbit", &p[1..]),
+            )
+        };
+        let data_frames = received_bytes(&self.dir.join(receiver)) * 1514.0 / 1448.0;
+        let share = (data_frames / self.egress_bytes(p, egress)).min(1.0);
+        let ceiling = rate_bps * TCP_GOODPUT_SHARE * share;
+        self.run.num(&key) * 1e6 / ceiling
+    }
+
+    fn line(&self) -> String {
+        let r = &self.run;
+        format!(
+            "{:<9} before: down {:.3} Mbit/s ({:.3} of ceiling), up {:.3} ({:.3}); after upload -> 5mbit: down {:.3} ({:.3}), up {:.3} ({:.3}); ping idle p99 {:.3} ms, loaded p99 {:.3} / {:.3} ms",
+            r.name,
+            r.num("down1_mbit"),
+            self.goodput_ratio("p1", true, DOWN_BPS),
+            r.num("up1_mbit"),
+            self.goodput_ratio("p1", false, UP_BPS),
+            r.num("down2_mbit"),
+            self.goodput_ratio("p2", true, DOWN_BPS),
+            r.num("up2_mbit"),
+            self.goodput_ratio("p2", false, UP_AFTER_BPS),
+            r.num("idle_p99_ms"),
+            r.num("loaded_p99_ms"),
+            r.num("loaded2_p99_ms"),
+        )
+    }
+
+    /// What always holds, however busy the machine: a clean exit, the live change applied
+    /// to the upload alone, and conservation in each direction.
+    fn assert_exit_change_and_conservation(&self) {
+        let r = &self.run;
+        for phase in ["p1", "p2"] {
+            assert!(
+                !r.has(&format!("{phase}_error")),
+                "{}: iperf3 failed in {phase}",
+                r.name
+            );
+        }
+        assert!(
+            r.values
+                .get("ctl_reply")
+                .is_some_and(|v| v.starts_with("ok upload rate 5mbit")),
+            "{}: the live change was not applied: {:?}",
+            r.name,
+            r.values.get("ctl_reply")
+        );
+        assert_eq!(
+            r.values.get("middle_exit").map(String::as_str),
+            Some("0"),
+            "{}: cakewalk did not exit cleanly; log:\n{}",
+            r.name,
+            r.log
+        );
+        let after = json_file(&self.dir.join("p2-after.json"));
+        let rates: Vec<(String, u64)> = after["directions"]
+            .as_array()
+            .map(|v| {
+                v.iter()
+                    .map(|d| {
+                        (
+                            d["direction"].as_str().unwrap_or("").to_string(),
+                            d["rate_bps"].as_u64().unwrap_or(0),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            rates,
+            vec![
+                ("download".to_string(), DOWN_BPS as u64),
+                ("upload".to_string(), UP_AFTER_BPS as u64)
+            ],
+            "{}: each direction's rate after the change",
+            r.name
+        );
+        let report: serde_json::Value = serde_json::from_str(&r.last_stats)
+            .unwrap_or_else(|e| panic!("{}: no final stats line ({e}); log:\n{}", r.name, r.log));
+        assert_eq!(report["final_report"], true, "{}: {}", r.name, r.last_stats);
+        let dirs = report["directions"].as_array().cloned().unwrap_or_default();
+        assert_eq!(dirs.len(), 2, "{}: {}", r.name, r.last_stats);
+        for d in &dirs {
+            assert_eq!(
+                d["conservation"]["ok"], true,
+                "{}: {} conservation: {}",
+                r.name, d["direction"], d["conservation"]
+            );
+        }
+        assert!(
+            r.log.contains("download (b -> a)") && r.log.contains("upload (a -> b)"),
+            "{}: the final report names each direction; log:\n{}",
+            r.name,
+            r.log
+        );
+    }
+
+    /// The performance checks; returns what missed.
+    fn misses(&self) -> Vec<String> {
+        let mut misses = Vec::new();
+        for (p, dir, rate) in [
+            ("p1", true, DOWN_BPS),
+            ("p1", false, UP_BPS),
+            ("p2", true, DOWN_BPS),
+            ("p2", false, UP_AFTER_BPS),
+        ] {
+            let ratio = self.goodput_ratio(p, dir, rate);
+            if !(0.98..=1.02).contains(&ratio) {
+                misses.push(format!(
+                    "{} {} goodput is {ratio:.4} of its ceiling after headers; want 0.98..1.02",
+                    if p == "p1" {
+                        "before the change,"
+                    } else {
+                        "after the change,"
+                    },
+                    if dir { "download" } else { "upload" },
+                ));
+            }
+        }
+        let idle = self.run.num("idle_p99_ms");
+        for key in ["loaded_p99_ms", "loaded2_p99_ms"] {
+            let loaded = self.run.num(key);
+            if loaded - idle > 5.0 {
+                misses.push(format!(
+                    "{key} {loaded:.3} ms is {:.3} ms above the idle p99; want at most 5 ms",
+                    loaded - idle
+                ));
+            }
+        }
+        misses
+    }
+}
+
+/// Runs the asymmetric lab with `ports`, once more on a miss; a second miss fails unless the
+/// machine is busy (load above twice its cores), as for the symmetric lab.
+fn asymmetric_lab(name: &str, ports: &str) {
+    for attempt in 1..=2 {
+        let lab = Lab::new();
+        let run = lab.measure_bidir(name, ports);
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        println!(
+            "asymmetric lab, 50 Mbit/s down and 10 Mbit/s up, 4 TCP streams each way for 8 s, then the upload at 5 Mbit/s (attempt {attempt}, loadavg {}):",
+            load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        );
+        println!("  {}", run.line());
+        run.assert_exit_change_and_conservation();
+        let misses = run.misses();
+        if misses.is_empty() {
+            return;
+        }
+        if attempt == 2 {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let load1: f64 = load
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            if load1 > 2.0 * cores as f64 {
+                println!(
+                    "  INCONCLUSIVE: the machine is busy (load {load1} on {cores} cores); performance checks not enforced: {}",
+                    misses.join("; ")
+                );
+                return;
+            }
+            panic!("asymmetric lab missed twice:\n  {}", misses.join("\n  "));
+        }
+        println!("  missed ({}); measuring once more", misses.join("; "));
+    }
+}
+
+#[test]
+#[ignore = "needs root: creates network namespaces and veths; run scripts/test lab"]
+fn download_and_upload_hold_their_own_rates_and_change_one_at_a_time() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIP lab: {why}");
+        return;
+    }
+    asymmetric_lab("afpacket", "--port-kind afpacket --iface ra,rb");
+}
+
+/// The same on DPDK's `net_af_packet` vdevs over the lab's veths (a `--features dpdk` build).
+#[cfg(feature = "dpdk")]
+#[test]
+#[ignore = "needs root: creates network namespaces and veths; run scripts/test lab"]
+fn download_and_upload_hold_their_own_rates_on_dpdk_vdevs() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIP lab: {why}");
+        return;
+    }
+    // No spaces inside the EAL list: the script splits the port flags on whitespace.
+    let eal = r#"["-l","0","--no-pci","--no-huge","--no-shconf","-m","512","--log-level=lib.eal:error","--vdev=net_af_packet0,iface=ra","--vdev=net_af_packet1,iface=rb"]"#;
+    asymmetric_lab(
+        "dpdk",
+        &format!(
+            "--port-kind dpdk --iface net_af_packet0,net_af_packet1 --set ports.eal_args={eal}"
+        ),
+    );
+}

@@ -399,6 +399,10 @@ pub struct ExplainArgs {
     /// DSCP, when not in the spec (number or name).
     #[arg(long)]
     pub dscp: Option<String>,
+    /// The direction the packet travels: "download" (towards the LAN) or "upload" (out of the
+    /// uplink port). Without it, both directions are shown when their settings differ.
+    #[arg(long, value_parser = direction_arg)]
+    pub direction: Option<String>,
     /// Overrides (e.g. --diffserv, --queues).
     #[command(flatten)]
     pub overrides: OverrideArgs,
@@ -407,7 +411,14 @@ pub struct ExplainArgs {
 /// `cakewalk from-tc`.
 #[derive(Debug, Args)]
 pub struct FromTcArgs {
-    /// The tc command or cake options, quoted or as separate words.
+    /// The config whose ports say which interface carries which direction: a tc line's
+    /// `dev` becomes the direction leaving through the port with that interface.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// The tc command or cake options, quoted or as separate words. Several tc commands (an
+    /// egress cake on the uplink and an ingress cake on its ifb, one per line or each
+    /// starting with `tc qdisc`) convert to [shaper.download] and [shaper.upload]: an ifb
+    /// device is the download, the uplink's egress the upload.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     pub words: Vec<String>,
 }
@@ -531,7 +542,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 out(&format!("{}\n", config::keywords::USAGE))?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let conversion = config::tc::convert(&input)
+            let ports = match &args.config {
+                Some(path) => Some(Config::load(Some(path), &Overrides::default())?.ports),
+                None => None,
+            };
+            let conversion = config::tc::convert_lines(&input, ports.as_ref())
                 .with_context(|| format!("cannot convert tc options '{input}'"))?;
             let toml = conversion.toml;
             // The section must be one `cakewalk run` accepts (the shaper's limits, such as
@@ -690,10 +705,41 @@ fn explain_cmd(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let spec = explain::PacketSpec::parse(&spec_text)?;
     let queues = config.engine.tx_queues.max(1);
     crate::flow_key::install_queue_key(config.shaper.seed);
-    let mut e =
-        explain::explain_queue(&spec, config.shaper.queue, &config.to_cake_config(), queues)?;
-    e.seeded = config.shaper.seed.is_some();
-    out(&e.to_string())?;
+    // The direction the packet travels picks the CAKE settings it meets: given, or both when
+    // they differ (the same packet classifies alike when they do not).
+    let dirs: Vec<config::direction::Direction> = match &args.direction {
+        Some(d) => config::direction::Direction::parse(d).into_iter().collect(),
+        None => config::direction::Direction::BOTH.to_vec(),
+    };
+    let same = config
+        .directions
+        .get(config::direction::Direction::Download)
+        .cake
+        == config
+            .directions
+            .get(config::direction::Direction::Upload)
+            .cake;
+    let mut text = String::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        if args.direction.is_none() && same && i > 0 {
+            break;
+        }
+        let mut e =
+            explain::explain_queue(&spec, config.shaper.queue, &config.cake_for(*dir), queues)?;
+        e.seeded = config.shaper.seed.is_some();
+        if args.direction.is_some() || !same {
+            let port = config::direction::egress_port(config.ports.uplink, *dir);
+            text.push_str(&format!(
+                "{}{} (leaves through port {}, {}):\n",
+                if i > 0 { "\n" } else { "" },
+                dir.name(),
+                ["a", "b"][port],
+                config.ports.port_name(port)
+            ));
+        }
+        text.push_str(&e.to_string());
+    }
+    out(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -650,3 +650,61 @@ fn check_config_prints_each_direction_and_rate_flags_set_one_or_both() {
         "{help}"
     );
 }
+
+#[test]
+fn explain_answers_per_direction_and_from_tc_joins_two_lines_into_one_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "dirs.toml",
+        "[shaper]\nrate = \"100mbit\"\n[shaper.download]\ndiffserv = \"besteffort\"\n[shaper.upload]\ndiffserv = \"diffserv4\"\n",
+    );
+    let spec = "tcp 10.0.0.1:5000 > 192.0.2.4:443 dscp ef";
+    let o = cakewalk(&["explain", "-c", &f, spec]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let down = out
+        .find("download (leaves through port a")
+        .expect("download shown");
+    let up = out
+        .find("upload (leaves through port b")
+        .expect("upload shown");
+    assert!(
+        out[down..up].contains("tin:        0 Best Effort (besteffort)"),
+        "{out}"
+    );
+    assert!(out[up..].contains("Voice (diffserv4)"), "{out}");
+    let o = cakewalk(&["explain", "-c", &f, "--direction", "upload", spec]);
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("upload (") && !out.contains("download ("),
+        "{out}"
+    );
+
+    let o = cakewalk(&[
+        "from-tc",
+        "tc qdisc replace dev eth1 root cake bandwidth 45mbit docsis ack-filter",
+        "tc qdisc replace dev ifb4eth1 root cake bandwidth 475mbit docsis ingress",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let toml = stdout(&o);
+    let conf = write(dir.path(), "from-tc.toml", &toml);
+    let o = cakewalk(&["check-config", &conf]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("# download: leaves through port a (a): rate 475mbit")
+            && out.contains("# upload: leaves through port b (b): rate 45mbit"),
+        "{out}"
+    );
+    let download = &out[out.find("[shaper.download]").expect("download table")..];
+    let upload = &out[out.find("[shaper.upload]").expect("upload table")..];
+    assert!(
+        download.contains("ingress = true\nack_filter = false\n"),
+        "{out}"
+    );
+    assert!(
+        upload.contains("ingress = false\nack_filter = true\n"),
+        "{out}"
+    );
+    assert!(upload.contains("overhead = 18\n"), "{out}");
+}

@@ -67,6 +67,13 @@ pub enum TcError {
         /// The second one.
         second: String,
     },
+    /// Several tc lines that do not map onto the two directions (no `dev`, a `dev` no port
+    /// carries, two lines for one direction).
+    #[error("{message}")]
+    Direction {
+        /// What does not map, and what to write instead.
+        message: String,
+    },
     /// An option the named qdisc refuses (`cake_mq` has no `autorate-ingress`).
     #[error(
         "cake option '{option}' is not supported by {qdisc} (the kernel refuses it too); {fix}"

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 
 use qdisc::cake::{AckFilterMode, AtmMode};
 
+use super::direction::Direction;
 use super::keywords::{self, CakeOptions, TcError};
 use super::units;
 
@@ -174,6 +175,134 @@ pub fn convert(input: &str) -> Result<Conversion, TcError> {
     Ok(Conversion { toml, warnings })
 }
 
+/// Splits pasted tc input into one command per line: at newlines, `;`, and before every
+/// `tc qdisc` after the first (so several commands given as one argument still split).
+pub fn split_commands(input: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in input.split(['\n', ';']) {
+        let words: Vec<&str> = part.split_whitespace().collect();
+        let mut cur: Vec<&str> = Vec::new();
+        for (i, w) in words.iter().enumerate() {
+            if *w == "tc" && words.get(i + 1) == Some(&"qdisc") && !cur.is_empty() {
+                out.push(cur.join(" "));
+                cur.clear();
+            }
+            cur.push(w);
+        }
+        if !cur.is_empty() {
+            out.push(cur.join(" "));
+        }
+    }
+    out
+}
+
+/// Which direction a tc line's `dev` shaped: the port that carries the interface, by its
+/// egress (`ports`, when known); an `ifb` device is the download (the uplink's ingress
+/// redirected to an IFB, as OpenWrt's SQM sets it up); without `ports`, any other device is
+/// taken as the uplink, whose egress is the upload.
+fn direction_of_dev(
+    dev: &str,
+    ports: Option<&crate::port::PortsConfig>,
+) -> Result<(Direction, String), TcError> {
+    if let Some(p) = ports {
+        for (i, spec) in [&p.a, &p.b].into_iter().enumerate() {
+            if !spec.iface.is_empty() && spec.iface == dev {
+                let d = super::direction::of_egress(p.uplink, i);
+                return Ok((
+                    d,
+                    format!(
+                        "dev {dev} is port {} ({}): what leaves through it is the {}",
+                        ["a", "b"][i],
+                        p.port_name(i),
+                        d.name()
+                    ),
+                ));
+            }
+        }
+    }
+    if dev.starts_with("ifb") {
+        return Ok((
+            Direction::Download,
+            format!("dev {dev} is an IFB: the uplink's ingress, shaped as the download (what leaves towards the LAN)"),
+        ));
+    }
+    match ports {
+        Some(p) => Err(TcError::Direction {
+            message: format!(
+                "dev {dev} is neither port's interface (port a: '{}', port b: '{}') nor an ifb device; name the interfaces in [ports.a] and [ports.b] iface",
+                p.a.iface, p.b.iface
+            ),
+        }),
+        None => Ok((
+            Direction::Upload,
+            format!("dev {dev}: taken as the uplink (port b), whose egress is the upload; give --config to map it by the ports' interfaces"),
+        )),
+    }
+}
+
+/// Converts several tc cake commands (an egress cake on the uplink and an ingress cake on its
+/// IFB, say) into one config: each `dev` is mapped to the direction it shaped
+/// ([`direction_of_dev`]) and written as `[shaper.download]` / `[shaper.upload]`. One command
+/// without `ports` converts as [`convert`] does, to `[shaper]`.
+///
+/// # Errors
+/// A [`TcError`] naming the first word tc would refuse, or [`TcError::Direction`] when the
+/// lines do not map onto the two directions.
+pub fn convert_lines(
+    input: &str,
+    ports: Option<&crate::port::PortsConfig>,
+) -> Result<Conversion, TcError> {
+    let lines = split_commands(input);
+    if lines.len() <= 1 && ports.is_none() {
+        return convert(input);
+    }
+    let mut toml = String::new();
+    let mut warnings = Vec::new();
+    let mut seen: Vec<(Direction, String)> = Vec::new();
+    let mut sections = Vec::new();
+    for line in &lines {
+        let cmd = parse_command(line)?;
+        let Some(dev) = cmd.dev else {
+            return Err(TcError::Direction {
+                message: format!(
+                    "'{line}' names no dev: with several tc commands each needs its 'dev', which says the direction it shapes"
+                ),
+            });
+        };
+        let (dir, why) = direction_of_dev(dev, ports)?;
+        if let Some((_, other)) = seen.iter().find(|(d, _)| *d == dir) {
+            return Err(TcError::Direction {
+                message: format!(
+                    "'{other}' and '{line}' both shape the {}; give one command per direction",
+                    dir.name()
+                ),
+            });
+        }
+        seen.push((dir, line.clone()));
+        let one = convert(line)?;
+        warnings.extend(one.warnings);
+        let mut options = CakeOptions::default();
+        options.apply_words(&cmd.options)?;
+        sections.push((dir, why, options, cmd.options.join(" ")));
+    }
+    sections.sort_by_key(|(d, ..)| *d);
+    for w in &warnings {
+        let _ = writeln!(toml, "# warning: {w}");
+    }
+    for (i, (dir, why, options, source)) in sections.iter().enumerate() {
+        if i > 0 {
+            toml.push('\n');
+        }
+        let _ = writeln!(toml, "# {why}");
+        toml.push_str(&render_section(
+            options,
+            source,
+            &format!("shaper.{}", dir.name()),
+        ));
+    }
+    Ok(Conversion { toml, warnings })
+}
+
 /// Renders `options` as a `[shaper]` section, with `source` as a comment.
 pub fn render(o: &CakeOptions, source: &str) -> String {
     render_section(o, source, "shaper")
@@ -288,6 +417,71 @@ mod tests {
             .unwrap_or_else(|e| panic!("{options:?} -> {text}: {e}"))
             .shaper
             .cake
+    }
+
+    #[test]
+    fn an_egress_cake_and_an_ifb_ingress_cake_convert_to_one_config() {
+        use crate::config::direction::Direction;
+        let c = convert_lines(
+            "tc qdisc replace dev eth1 root cake bandwidth 45mbit docsis ack-filter\ntc qdisc replace dev ifb4eth1 root cake bandwidth 475mbit docsis ingress",
+            None,
+        )
+        .unwrap();
+        let cfg = Config::from_toml_str(&c.toml).unwrap();
+        let (down, up) = (
+            cfg.cake_for(Direction::Download),
+            cfg.cake_for(Direction::Upload),
+        );
+        assert_eq!(down.rate.bits_per_sec(), 475_000_000);
+        assert!(down.ingress && down.ack_filter == AckFilterMode::Off);
+        assert_eq!(up.rate.bits_per_sec(), 45_000_000);
+        assert!(!up.ingress && up.ack_filter == AckFilterMode::Filter);
+        assert_eq!((up.overhead, down.overhead), (18, 18));
+        // With the ports known, a dev is the direction leaving through the port carrying it.
+        let ports: crate::port::PortsConfig = toml::from_str(
+            "uplink = \"a\"\n[a]\nkind = \"afpacket\"\niface = \"wan0\"\n[b]\nkind = \"afpacket\"\niface = \"lan0\"",
+        )
+        .unwrap();
+        let c = convert_lines(
+            "tc qdisc add dev wan0 root cake bandwidth 20mbit tc qdisc add dev lan0 root cake bandwidth 100mbit",
+            Some(&ports),
+        )
+        .unwrap();
+        assert!(
+            c.toml
+                .contains("# dev wan0 is port a (a): what leaves through it is the upload\n"),
+            "{}",
+            c.toml
+        );
+        let cfg = Config::from_toml_str(&c.toml).unwrap();
+        assert_eq!(
+            cfg.cake_for(Direction::Upload).rate.bits_per_sec(),
+            20_000_000
+        );
+        assert_eq!(
+            cfg.cake_for(Direction::Download).rate.bits_per_sec(),
+            100_000_000
+        );
+        for (input, want) in [
+            (
+                "tc qdisc add dev eth9 root cake",
+                "dev eth9 is neither port's interface",
+            ),
+            (
+                "tc qdisc add dev wan0 root cake; tc qdisc add dev wan0 root cake besteffort",
+                "both shape the upload",
+            ),
+            (
+                "bandwidth 1mbit; tc qdisc add dev lan0 root cake",
+                "names no dev",
+            ),
+        ] {
+            let e = convert_lines(input, Some(&ports)).unwrap_err().to_string();
+            assert!(e.contains(want), "{input}: {e}");
+        }
+        // One command and no ports: [shaper], as before.
+        let one = convert_lines("tc qdisc add dev eth0 root cake bandwidth 1mbit", None).unwrap();
+        assert!(one.toml.contains("[shaper]\n"), "{}", one.toml);
     }
 
     #[test]

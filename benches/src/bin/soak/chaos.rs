@@ -274,6 +274,9 @@ pub(crate) struct Chaos {
     /// Outages on the driver's clock.
     quiet: Arc<Mutex<Vec<(Instant, Instant)>>>,
     stuck: Arc<Mutex<usize>>,
+    /// Set when the forwarder is told to stop: a background client cut off by its exit
+    /// is not a failure.
+    stopping: Arc<AtomicBool>,
 }
 
 impl Chaos {
@@ -286,7 +289,13 @@ impl Chaos {
             flapping: Arc::new(AtomicBool::new(false)),
             quiet: Arc::new(Mutex::new(Vec::new())),
             stuck: Arc::new(Mutex::new(0)),
+            stopping: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Says the forwarder is being stopped (before SIGTERM).
+    pub(crate) fn stopping(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
     }
 
     /// Runs one action.
@@ -676,6 +685,7 @@ impl Chaos {
         let gaps: Vec<Duration> = (0..6).map(|_| rng.millis(150, 500)).collect();
         let socket = self.target.socket.clone();
         let deadline = self.target.deadline;
+        let stopping = self.stopping.clone();
         self.journal
             .log("trickle client: 'stats' one byte at a time");
         self.spawn_client("trickle client", move |journal| {
@@ -695,6 +705,9 @@ impl Chaos {
                     "trickle client answered after {} ms",
                     t0.elapsed().as_millis()
                 )),
+                _ if stopping.load(Ordering::SeqCst) => {
+                    journal.log("trickle client cut off by the forwarder's exit");
+                }
                 Ok(_) => journal.fail("trickle client: the connection closed without a reply"),
                 Err(e) => journal.fail(&format!(
                     "trickle client: no reply within {deadline:?} of its last byte: {e}"

@@ -454,6 +454,7 @@ fn run_cycle(
             chaos.act(Action::StuckClient, rng);
             std::thread::sleep(Duration::from_millis(100));
         }
+        chaos.stopping();
         let before = monitor
             .last()
             .and_then(|v| v["elapsed_s"].as_f64())

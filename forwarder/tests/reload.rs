@@ -17,11 +17,22 @@ fn the_deploy_example_config_loads_with_its_documented_values() {
     let path = repo_file("deploy/cakewalk.toml");
     let c = Config::load(Some(&path), &Overrides::default())
         .unwrap_or_else(|e| panic!("deploy/cakewalk.toml: {e}"));
-    assert_eq!(c.shaper.cake.rate.bits_per_sec(), 45_000_000);
-    // docsis = 18 bytes of overhead, mpu 64 (tc-cake(8) keywords).
-    assert_eq!(c.shaper.cake.overhead, 18);
-    assert_eq!(c.shaper.cake.mpu, 64);
-    assert!(!c.shaper.cake.raw);
+    // A 500/50 cable line: 475 down in ingress mode, 45 up with the ACK filter.
+    use forwarder::config::direction::Direction;
+    let (down, up) = (c.cake_for(Direction::Download), c.cake_for(Direction::Upload));
+    assert_eq!(down.rate.bits_per_sec(), 475_000_000);
+    assert!(down.ingress);
+    assert_eq!(down.ack_filter, qdisc::cake::AckFilterMode::Off);
+    assert_eq!(up.rate.bits_per_sec(), 45_000_000);
+    assert!(!up.ingress);
+    assert_eq!(up.ack_filter, qdisc::cake::AckFilterMode::Filter);
+    // The download leaves towards the LAN (port a), the upload through the uplink (port b).
+    assert_eq!(c.cake_for_egress(0), down);
+    assert_eq!(c.cake_for_egress(1), up);
+    for cake in [&down, &up] {
+        // docsis = 18 bytes of overhead, mpu 64 (tc-cake(8) keywords), in both directions.
+        assert_eq!((cake.overhead, cake.mpu, cake.raw), (18, 64, false));
+    }
     assert_eq!(c.ports.port_name(0), "lan");
     assert_eq!(c.ports.port_name(1), "wan");
     // A service runs until stopped (the built-in default stops after 10 s).

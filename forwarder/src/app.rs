@@ -133,8 +133,8 @@ where
         self.mq.queue(self.i).run_wanted(now_ns)
     }
     #[inline]
-    fn run_urgent(&self) -> bool {
-        self.mq.queue(self.i).run_urgent()
+    fn run_urgent(&self, now_ns: u64) -> bool {
+        self.mq.queue(self.i).run_urgent(now_ns)
     }
     fn backlog(&self) -> u64 {
         self.mq.queue(self.i).backlog() as u64

@@ -519,3 +519,46 @@ fn ctl_stats_right_after_set_rate_shows_the_new_rate() {
         "{rates:?}"
     );
 }
+
+#[test]
+fn raising_the_rate_after_a_very_low_one_takes_effect_at_once() {
+    // At 2 kbit/s one 1514-byte packet holds the shaper for 6 s; a raise used to wait that
+    // out (the queue sent nothing meanwhile and dropped what arrived).
+    let dir = tempfile::tempdir().unwrap();
+    let sock = ctl_path(dir.path());
+    let mut c = cakewalk_run();
+    c.args([
+        "--duration",
+        "30s",
+        "--rate",
+        "20mbit",
+        "--control",
+        &s(&sock),
+    ])
+    .args(["--set", "ports.synth.rate=\"60mbit\""])
+    .args(["--set", "ports.synth.size=1514"]);
+    let mut child = spawn(c);
+    wait_for_socket(&sock);
+    let sent_on_b = || -> u64 {
+        let (_, reply) = ctl(&sock, &["stats", "--json"]);
+        let v: serde_json::Value =
+            serde_json::from_str(reply.trim()).unwrap_or(serde_json::Value::Null);
+        v["ports"][1]["tx_packets"].as_u64().unwrap_or(0)
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(ctl(&sock, &["set", "rate", "2kbit"]).0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(ctl(&sock, &["set", "rate", "50mbit"]).0);
+    let at_raise = sent_on_b();
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = sent_on_b();
+    let _ = child.kill();
+    let _ = child.wait();
+    // 1.5 s at 50 Mbit/s is about 6000 such packets; a queue still waiting out its 6 s
+    // slot sends none. A busy machine may deliver far fewer than 6000, never none.
+    assert!(
+        after - at_raise > 200,
+        "{} packets sent in the 1.5 s after the raise",
+        after - at_raise
+    );
+}

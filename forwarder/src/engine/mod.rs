@@ -804,8 +804,9 @@ impl<P: PortBuf> Worker<P> {
                 // lock round trip and publish would cost more than a bypassed burst). One
                 // waiting for its next send time is left alone until then, unless something
                 // cannot wait: packets in its intake (at a low rate the wait is seconds, and
-                // they would fill the intake and be dropped there, not by CAKE) or a change.
-                let due = now >= slot.due_ns || self.shapers[e].run_urgent();
+                // they would fill the intake and be dropped there, not by CAKE), a change, or
+                // a rate change or sync that the qdisc meets by rescaling the wait.
+                let due = now >= slot.due_ns || self.shapers[e].run_urgent(now);
                 if room > 0 && due && self.shapers[e].run_wanted(now) {
                     // `out[kept..]` is what the run added since the last transmit (a run may
                     // transmit more than once, and each transmit may leave some behind).

@@ -104,10 +104,10 @@ pub trait Shaper<P>: Send + Sync {
         true
     }
 
-    /// Whether a run must not wait for the time the last run said the next packet is due
-    /// (see `TxQueue::run_urgent`: packets in the intake, a change to apply). The default
-    /// never says so.
-    fn run_urgent(&self) -> bool {
+    /// Whether a run at `now_ns` must not wait for the time the last run said the next
+    /// packet is due (see `TxQueue::run_urgent`: packets in the intake, a change to apply, a
+    /// rate change or a sync that may grow the share). The default never says so.
+    fn run_urgent(&self, _now_ns: u64) -> bool {
         false
     }
 
@@ -176,8 +176,8 @@ where
     }
 
     #[inline]
-    fn run_urgent(&self) -> bool {
-        TxQueue::run_urgent(self)
+    fn run_urgent(&self, now_ns: u64) -> bool {
+        TxQueue::run_urgent(self, now_ns)
     }
 
     fn backlog(&self) -> u64 {

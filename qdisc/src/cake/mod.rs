@@ -60,6 +60,9 @@
 //!   form (same deficits as running them).
 //! * Leaving unlimited mode through `set_rate` starts the shaper clocks at the last `now`
 //!   seen, so no burst is released for the time spent unlimited.
+//! * A rate change between two shaped rates rescales the wait still pending on every shaper
+//!   clock and the failsafe to the new rate (Linux keeps the times computed at the old
+//!   rate: after `2kbit` then `50mbit` nothing leaves for 6 s).
 
 mod ack_filter;
 mod bypass;

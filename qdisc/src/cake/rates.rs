@@ -4,7 +4,7 @@
 
 use super::stats::ewma;
 use super::{
-    diffserv, Cake, CobaltParams, RateNs, AUTORATE_HOLDOFF_NS, MAX_CATCH_UP_NS,
+    diffserv, Cake, CobaltParams, RateNs, AUTORATE_HOLDOFF_NS, MAX_CATCH_UP_NS, MAX_TINS,
     MIN_RATE_BYTES_PER_SEC,
 };
 use crate::Packet;
@@ -15,6 +15,11 @@ impl<P: Packet> Cake<P> {
     /// never purges, never moves cursors).
     pub(super) fn configure_rates(&mut self, rate: u64, rate_only: bool) {
         let was_unlimited = self.rate.is_unlimited();
+        let old_rate = self.rate;
+        let mut old_tin_rates = [RateNs::default(); MAX_TINS];
+        for (old, tin) in old_tin_rates.iter_mut().zip(&self.tins) {
+            *old = tin.rate;
+        }
         let shares = diffserv::tin_shares(self.config.diffserv, rate);
         let mtu = u64::from(self.config.mtu);
         for (t, share) in shares.iter().enumerate().take(self.tin_cnt) {
@@ -48,6 +53,23 @@ impl<P: Packet> Cake<P> {
         self.rate_bps = rate;
         self.rate = self.tins[0].rate;
         self.time_next.reset_fraction();
+        if !was_unlimited && !self.rate.is_unlimited() {
+            // Deliberate deviation from sch_cake, which keeps the next-send times computed
+            // at the old rate: after `2kbit` then `50mbit` the queue would send nothing for
+            // the 6 s one 1514-byte packet takes at 2 kbit/s, dropping all arrivals
+            // meanwhile. The wait still pending (and the failsafe's) is rescaled to the
+            // new rate, as if the packet in flight had been sent at it from the start: a
+            // raised rate takes effect at once, a lowered one at once too.
+            let now = self.last_now;
+            let new_rate = self.rate;
+            self.time_next.next_ns = rescale_wait(self.time_next.next_ns, now, old_rate, new_rate);
+            self.failsafe_next = rescale_wait(self.failsafe_next, now, old_rate, new_rate);
+            for (tin, old) in self.tins.iter_mut().zip(old_tin_rates).take(self.tin_cnt) {
+                if !old.is_unlimited() && !tin.rate.is_unlimited() {
+                    tin.clock.next_ns = rescale_wait(tin.clock.next_ns, now, old, tin.rate);
+                }
+            }
+        }
         if was_unlimited && !self.rate.is_unlimited() {
             // Coming out of unlimited mode the clocks are stale; without this the shaper
             // would let out a burst worth the whole unshaped period.
@@ -143,4 +165,19 @@ impl<P: Packet> Cake<P> {
             self.configure_rates(rate, false);
         }
     }
+}
+
+/// `next` (a time still ahead of `now`, computed at rate `old`) moved so that what is left
+/// of its wait takes as long at rate `new`; a time already passed is left alone.
+fn rescale_wait(next: u64, now: u64, old: RateNs, new: RateNs) -> u64 {
+    if next <= now || old.ns == 0 {
+        return next;
+    }
+    // left x (ns per byte at new) / (ns per byte at old), in fixed point: each rate is
+    // `ns >> shft` ns per byte.
+    // At most about a year: keeps the fixed-point product below 2^123.
+    let left = u128::from((next - now).min(1 << 55));
+    let scaled = (left * u128::from(new.ns)) << old.shft >> new.shft;
+    let left = scaled / u128::from(old.ns);
+    now.saturating_add(u64::try_from(left).unwrap_or(u64::MAX))
 }

@@ -900,3 +900,59 @@ fn a_run_of_refills_matches_refilling_one_flow_at_a_time() {
     }
     assert!(runs > 200, "only {runs} runs had an old list");
 }
+
+#[test]
+fn raising_the_rate_rescales_the_wait_still_pending() {
+    // 2 kbit/s: one 1514-byte packet holds the shaper for about 6 s.
+    let mut c = cake(CakeConfig {
+        rate: Rate::from_bits_per_sec(2_000),
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    });
+    for seq in 0..3 {
+        c.enqueue(0, pkt(1514, 1, seq), &udp_meta(1, 2, 3, 0));
+    }
+    assert!(matches!(c.dequeue(0), Dequeue::Packet(_)));
+    let slow = c.next_wakeup().unwrap();
+    assert!(slow > 5_000_000_000, "{slow}");
+    // 1 ms later the rate goes to 50 Mbit/s: the rest of the wait is 25000 times shorter.
+    c.set_rate(Rate::from_bits_per_sec(50_000_000));
+    let fast = c.next_wakeup().unwrap();
+    assert!(fast < 1_000_000, "still waiting until {fast} ns");
+    assert!(matches!(c.dequeue(1_000_000), Dequeue::Packet(_)));
+    c.check_invariants().unwrap();
+    // Lowering the rate lengthens what is left of the wait in the same proportion.
+    let mut c = cake(CakeConfig {
+        rate: Rate::from_bits_per_sec(2_000),
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    });
+    for seq in 0..2 {
+        c.enqueue(0, pkt(1514, 1, seq), &udp_meta(1, 2, 3, 0));
+    }
+    assert!(matches!(c.dequeue(0), Dequeue::Packet(_)));
+    let before = c.next_wakeup().unwrap();
+    c.set_rate(Rate::from_bits_per_sec(1_000));
+    let after = c.next_wakeup().unwrap();
+    assert!(after.abs_diff(2 * before) <= 2, "{before} -> {after}");
+}
+
+#[test]
+fn a_rescaled_wait_keeps_the_tin_clocks_in_step() {
+    let mut c = cake(CakeConfig {
+        rate: Rate::from_bits_per_sec(8_000),
+        diffserv: DiffservMode::Diffserv4,
+        ..CakeConfig::default()
+    });
+    for seq in 0..4 {
+        c.enqueue(0, pkt(1000, 1, seq), &udp_meta(1, 2, 3, 0));
+    }
+    assert!(matches!(c.dequeue(0), Dequeue::Packet(_)));
+    c.set_rate(Rate::from_bits_per_sec(80_000_000));
+    // Every clock was ~1 s ahead; now ~100 µs: the next packets leave within a few ms.
+    let sent = (1..=20u64)
+        .filter(|ms| matches!(c.dequeue(ms * 1_000_000), Dequeue::Packet(_)))
+        .count();
+    assert_eq!(sent, 3);
+    c.check_invariants().unwrap();
+}

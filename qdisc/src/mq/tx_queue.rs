@@ -678,13 +678,20 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
 
     /// Whether a run has work that must not wait for the qdisc's next send time: packets in
     /// the intake (the qdisc, not the intake, must choose what to drop, and later offers
-    /// queue behind them there), a configuration to apply, or a rate change (it moves the
-    /// next send time). A worker that skips runs until that time runs at once when this
-    /// says so; [`TxQueue::run_wanted`] still decides whether there is anything at all.
-    pub fn run_urgent(&self) -> bool {
+    /// queue behind them there), a configuration to apply, a rate change, or (with
+    /// siblings to share with) a sync due at `now_ns`, which may grow this queue's share. A
+    /// rate change moves the next send time: the qdisc rescales the wait still pending to
+    /// the new rate, so a raised rate or a grown share takes effect at once. A worker that
+    /// skips runs until that time runs at once when this says so; [`TxQueue::run_wanted`]
+    /// still decides whether there is anything at all.
+    pub fn run_urgent(&self, now_ns: u64) -> bool {
+        let p = &self.published;
         !self.intake.is_empty()
             || self.pending_flag.load(Ordering::Relaxed)
-            || self.published.generation.load(Ordering::Relaxed) != self.shared.generation()
+            || p.generation.load(Ordering::Relaxed) != self.shared.generation()
+            || (self.shared.queues() > 1
+                && now_ns.saturating_sub(p.last_sync_ns.load(Ordering::Relaxed))
+                    >= self.shared.sync_interval_ns())
     }
 
     /// Changes this queue's global rate (all siblings of its [`SharedRate`] follow); runners

@@ -374,6 +374,18 @@ impl ShaperRate {
     }
 }
 
+/// `next`, a time ahead of `now` computed at rate `old`, moved so that what is left of the
+/// wait takes as long at rate `new`: left x (new ns per byte) / (old ns per byte).
+fn rescaled(next: u64, now: u64, old: ShaperRate, new: ShaperRate) -> u64 {
+    if next <= now || old.is_unlimited() {
+        return next;
+    }
+    let left = u128::from((next - now).min(1 << 55));
+    let left = ((left * u128::from(new.rate_ns)) << old.rate_shft >> new.rate_shft)
+        / u128::from(old.rate_ns);
+    now.saturating_add(u64::try_from(left).unwrap_or(u64::MAX))
+}
+
 /// A shaper clock (`time_next_packet`).
 ///
 /// CAKE CHOICE ("Beyond Linux", `shaper::Clock`): `Cake` carries the sub-nanosecond
@@ -793,6 +805,8 @@ impl<P: Packet + Clone> RefCake<P> {
             bps = bps.max(MIN_RATE);
         }
         let was_unlimited = self.rate.is_unlimited();
+        let old_rate = self.rate;
+        let old_tin_rates: Vec<ShaperRate> = self.tins.iter().map(|b| b.tin_rate).collect();
         let rates = self.tin_rates(bps);
         for (tin, &(tin_rate, _)) in rates.iter().enumerate().take(self.tin_cnt) {
             self.tins[tin].tin_rate = ShaperRate::from_bytes_per_sec(tin_rate);
@@ -801,6 +815,20 @@ impl<P: Packet + Clone> RefCake<P> {
         self.rate_bps = bps;
         self.rate = ShaperRate::from_bytes_per_sec(bps);
         self.time_next_packet.remainder = 0;
+        if !was_unlimited && !self.rate.is_unlimited() {
+            // CAKE CHOICE ("Beyond Linux"): what is left of each wait still pending, computed
+            // at the old rate, is rescaled to the new one (`sch_cake.c` keeps the times).
+            let now = self.last_now;
+            let (old, new) = (old_rate, self.rate);
+            self.time_next_packet.next = rescaled(self.time_next_packet.next, now, old, new);
+            self.failsafe_next_packet = rescaled(self.failsafe_next_packet, now, old, new);
+            for (b, old) in self.tins.iter_mut().zip(old_tin_rates).take(self.tin_cnt) {
+                if !old.is_unlimited() && !b.tin_rate.is_unlimited() {
+                    b.time_next_packet.next =
+                        rescaled(b.time_next_packet.next, now, old, b.tin_rate);
+                }
+            }
+        }
         if was_unlimited && !self.rate.is_unlimited() {
             let now = self.last_now;
             if self.time_next_packet.next < now {

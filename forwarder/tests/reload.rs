@@ -19,7 +19,10 @@ fn the_deploy_example_config_loads_with_its_documented_values() {
         .unwrap_or_else(|e| panic!("deploy/cakewalk.toml: {e}"));
     // A 500/50 cable line: 475 down in ingress mode, 45 up with the ACK filter.
     use forwarder::config::direction::Direction;
-    let (down, up) = (c.cake_for(Direction::Download), c.cake_for(Direction::Upload));
+    let (down, up) = (
+        c.cake_for(Direction::Download),
+        c.cake_for(Direction::Upload),
+    );
     assert_eq!(down.rate.bits_per_sec(), 475_000_000);
     assert!(down.ingress);
     assert_eq!(down.ack_filter, qdisc::cake::AckFilterMode::Off);

@@ -251,7 +251,7 @@ impl Lab {
 
     /// Starts `args` inside `ns` in the background; the lab kills it on drop (or on
     /// [`Lab::kill`]). Stdout is piped when `capture` is true, else discarded. Returns its
-    /// index for [`Lab::take`]/[`Lab::kill`].
+    /// index for [`Lab::kill`].
     ///
     /// # Errors
     /// [`LabError::Spawn`].

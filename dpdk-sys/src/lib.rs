@@ -4,6 +4,7 @@
 //!
 //! This crate only declares; it has no safe API. cakewalk's safe wrapper is
 //! `forwarder::port::dpdk`, the one module of the forwarder that names this crate.
+// Generated code: its names, its unsafe blocks and its unused items are bindgen's.
 #![allow(
     non_upper_case_globals,
     non_camel_case_types,
@@ -13,8 +14,7 @@
     clippy::all,
     clippy::undocumented_unsafe_blocks,
     clippy::multiple_unsafe_ops_per_block,
-    unsafe_op_in_unsafe_fn,
-    reason = "generated code"
+    unsafe_op_in_unsafe_fn
 )]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

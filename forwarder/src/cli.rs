@@ -30,7 +30,7 @@ pub enum Command {
     CheckConfig(CheckArgs),
     /// Show how one packet would be classified: TX queue, tin, flow.
     Explain(ExplainArgs),
-    /// Convert a tc cake command or option string to a [shaper] TOML section.
+    /// Convert a tc cake command or option string to a `[shaper]` TOML section.
     FromTc(FromTcArgs),
     /// Talk to a running forwarder over its control socket.
     Ctl(CtlArgs),
@@ -162,7 +162,7 @@ pub struct OverrideArgs {
     /// Per-packet overhead: bytes (-64..256) or keywords ("ethernet", "docsis", "pppoe-ptm").
     #[arg(long, allow_hyphen_values = true)]
     pub overhead: Option<String>,
-    /// tc cake option words for [shaper] options ("bandwidth 200mbit diffserv4 nat").
+    /// tc cake option words for `[shaper]` options ("bandwidth 200mbit diffserv4 nat").
     #[arg(long)]
     pub tc: Option<String>,
     /// Queueing discipline per TX queue.

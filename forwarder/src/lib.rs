@@ -43,4 +43,5 @@ pub mod port;
 pub mod preflight;
 pub mod reload;
 pub mod stats;
+pub mod testing;
 pub mod wire;

@@ -70,7 +70,7 @@ fn scenario(name: &str, body: fn()) {
         return;
     }
     if !is_root() {
-        eprintln!("SKIP {name}: DPDK scenarios need root");
+        forwarder::testing::skip(format!("{name}: DPDK scenarios need root"));
         return;
     }
     let exe = std::env::current_exe().expect("test binary path");
@@ -567,7 +567,7 @@ fn pcap_scenario(name: &str, body: fn()) {
         return scenario(name, body);
     }
     if !is_root() {
-        eprintln!("SKIP {name}: DPDK scenarios need root");
+        forwarder::testing::skip(format!("{name}: DPDK scenarios need root"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -741,7 +741,7 @@ fn af_packet_body() {
         let now = now_ns();
         let moved = ab.step(now, true) + ba.step(now, true);
         polls += 1;
-        if polls.is_multiple_of(1024) && (Path::new(&stop).exists() || now > deadline_ns) {
+        if polls % 1024 == 0 && (Path::new(&stop).exists() || now > deadline_ns) {
             break;
         }
         if moved == 0 {
@@ -874,7 +874,7 @@ fn lab_tools_present(name: &str) -> bool {
             .status()
             .is_ok_and(|s| s.success());
         if !found {
-            eprintln!("SKIP {name}: {tool} is not installed");
+            forwarder::testing::skip(format!("{name}: {tool} is not installed"));
             return false;
         }
     }
@@ -1020,7 +1020,7 @@ fn af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate() {
         return scenario(NAME, af_packet_body);
     }
     if !is_root() {
-        eprintln!("SKIP {NAME}: needs root");
+        forwarder::testing::skip(format!("{NAME}: needs root"));
         return;
     }
     if !lab_tools_present(NAME) {
@@ -1070,7 +1070,7 @@ fn af_packet_on_veth_shapes_iperf3_tcp_to_the_cake_rate() {
 fn cakewalk_run_on_af_packet_vdevs_shapes_iperf3_tcp() {
     const NAME: &str = "cakewalk_run_on_af_packet_vdevs_shapes_iperf3_tcp";
     if !is_root() {
-        eprintln!("SKIP {NAME}: needs root");
+        forwarder::testing::skip(format!("{NAME}: needs root"));
         return;
     }
     if !lab_tools_present(NAME) {
@@ -1134,7 +1134,7 @@ fn cakewalk_run_on_af_packet_vdevs_shapes_iperf3_tcp() {
 fn cakewalk_run_forwards_a_pcap_between_dpdk_vdevs() {
     const NAME: &str = "cakewalk_run_forwards_a_pcap_between_dpdk_vdevs";
     if !is_root() {
-        eprintln!("SKIP {NAME}: DPDK needs root");
+        forwarder::testing::skip(format!("{NAME}: DPDK needs root"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1231,7 +1231,7 @@ fn null_device_run(extra: &[&str]) -> u64 {
 fn two_workers_receiving_for_each_others_queues_still_deliver_under_a_flood() {
     const NAME: &str = "two_workers_receiving_for_each_others_queues_still_deliver_under_a_flood";
     if !is_root() {
-        eprintln!("SKIP {NAME}: DPDK needs root");
+        forwarder::testing::skip(format!("{NAME}: DPDK needs root"));
         return;
     }
     let one = null_device_run(&["--workers", "1", "--queues", "1"]);

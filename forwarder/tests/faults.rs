@@ -364,7 +364,7 @@ impl Drop for SmallDisk {
 #[test]
 fn a_disk_that_fills_up_stops_the_run_and_the_file_holds_what_was_counted() {
     let Some(disk) = SmallDisk::mount("256k") else {
-        eprintln!("SKIP: mounting a small tmpfs needs root");
+        forwarder::testing::skip("mounting a small tmpfs needs root");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -538,7 +538,7 @@ fn dpdk_null_ports_forward_through_cake_with_conservation() {
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false)
     {
-        eprintln!("SKIP: not root");
+        forwarder::testing::skip("not root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -573,7 +573,7 @@ fn dpdk_workers_run_on_the_eal_worker_lcores_and_a_shared_core_is_a_warning() {
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false)
     {
-        eprintln!("SKIP: not root");
+        forwarder::testing::skip("not root");
         return;
     }
     let two_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;

@@ -282,7 +282,7 @@ fn performance_misses(cake: &Run, fifo: &Run) -> Vec<String> {
 #[ignore = "needs root: creates network namespaces and veths; run scripts/test lab"]
 fn cake_holds_the_shaped_rate_with_low_latency_where_a_plain_fifo_bloats() {
     if let Some(why) = skip_reason() {
-        eprintln!("SKIP lab: {why}");
+        forwarder::testing::skip(format!("lab: {why}"));
         return;
     }
     // Real traffic on two shared cores: a burst of other work on the machine can starve the
@@ -367,7 +367,7 @@ fn a_missing_interface_is_named_with_the_fix() {
 #[ignore = "needs root to drop CAP_NET_RAW with setpriv; run scripts/test lab"]
 fn without_cap_net_raw_the_error_says_how_to_grant_it() {
     if skip_reason().is_some() || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIP: needs root and setpriv (util-linux)");
+        forwarder::testing::skip("needs root and setpriv (util-linux)");
         return;
     }
     // Root without CAP_NET_RAW in its bounding set: exec'd binaries lack it too. Port a
@@ -426,7 +426,7 @@ impl Drop for Netns {
 #[ignore = "needs root: creates a network namespace and veths; run scripts/test lab"]
 fn a_port_whose_interface_is_deleted_stops_the_forwarder_with_the_reason() {
     if let Some(why) = skip_reason() {
-        eprintln!("SKIP: {why}");
+        forwarder::testing::skip(why);
         return;
     }
     // The forwarder used to go on with a dead port, its only sign an rx_errors count.

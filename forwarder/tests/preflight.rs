@@ -26,7 +26,9 @@ fn can_run() -> bool {
             .is_ok_and(|o| o.status.success())
     });
     if !root || !tools {
-        println!("SKIP: needs root and unshare, ip, ethtool; run scripts/test lab as root");
+        forwarder::testing::skip(
+            "needs root and unshare, ip, ethtool; run scripts/test lab as root",
+        );
     }
     root && tools
 }

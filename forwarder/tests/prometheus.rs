@@ -126,7 +126,9 @@ fn a_live_scrape_passes_promtool_check_metrics_with_a_port_name_that_needs_escap
             !is_root(),
             "promtool is missing: apt-get install prometheus (scripts/test setup does)"
         );
-        eprintln!("SKIP: promtool not installed (apt-get install prometheus) and not root");
+        forwarder::testing::skip(
+            "promtool not installed (apt-get install prometheus) and not root",
+        );
         return;
     }
     let f = Forwarder::start(&[

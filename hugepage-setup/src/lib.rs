@@ -10,11 +10,14 @@
 //! that the kernel gave what was asked. All paths hang off a configurable root.
 //!
 //! It does not bind NICs or start DPDK; `cakewalk preflight` checks the whole box.
+#![deny(unsafe_code)]
 
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+// The real machine: the crate's one module allowed `unsafe` (two libc calls).
+#[allow(unsafe_code)]
 mod sys;
 pub use sys::RealSystem;
 
@@ -38,9 +41,9 @@ impl PageSize {
 
     /// Short form for mount options and messages ("2M", "1G").
     pub fn short(self) -> String {
-        if self.kib.is_multiple_of(1024 * 1024) {
+        if self.kib % (1024 * 1024) == 0 {
             format!("{}G", self.kib / (1024 * 1024))
-        } else if self.kib.is_multiple_of(1024) {
+        } else if self.kib % 1024 == 0 {
             format!("{}M", self.kib / 1024)
         } else {
             format!("{}K", self.kib)
@@ -407,7 +410,7 @@ impl fmt::Display for Action {
 /// Where a hugetlbfs for `size` is mounted when we mount it: `/dev/hugepages` for the default
 /// size (where systemd and DPDK look), `/dev/hugepages-<size>` for another.
 pub fn mount_point(snap: &Snapshot, size: PageSize) -> PathBuf {
-    if snap.default_size.is_none_or(|d| d == size) {
+    if snap.default_size.map_or(true, |d| d == size) {
         PathBuf::from("/dev/hugepages")
     } else {
         PathBuf::from(format!("/dev/hugepages-{}", size.short()))
@@ -511,7 +514,7 @@ pub fn plan(snap: &Snapshot, req: &Request) -> Result<Vec<Action>, Error> {
             }
             check_node(node)?;
             for p in &snap.pools {
-                if size.is_none_or(|s| s == p.size)
+                if size.map_or(true, |s| s == p.size)
                     && (node.is_none() || p.node == node)
                     && p.reserved > 0
                 {

@@ -1,6 +1,7 @@
 //! `hugepage-setup`: reserve hugepages per NUMA node and mount hugetlbfs (`reserve`), show
 //! what is reserved (`status`), and give it back (`release`). Every command is idempotent;
 //! `--dry-run` prints the plan without changing anything.
+#![deny(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -14,6 +14,7 @@
 //!   instance between threads is the job of [`mq::TxQueue`].
 //! * A rate-only change ([`Qdisc::set_rate`]) is a pure parameter write: it never purges
 //!   queues, moves the dequeue cursors or walks the flow tables (docs/design.md, "cake_mq").
+#![deny(unsafe_code)]
 
 pub mod cake;
 pub mod fifo;

@@ -50,7 +50,7 @@ impl fmt::Display for Rate {
             ("Kbit", 1_000),
         ] {
             if bits >= scale {
-                return if bits.is_multiple_of(scale) {
+                return if bits % scale == 0 {
                     write!(f, "{}{unit}", bits / scale)
                 } else {
                     write!(f, "{:.3}{unit}", bits as f64 / scale as f64)

@@ -200,7 +200,7 @@ impl<Q: MqQdisc<Pkt>> Sim<Q> {
                 self.jitter ^= self.jitter >> 7;
                 self.jitter ^= self.jitter << 17;
                 // Run on about one tick in three.
-                if !self.jitter.is_multiple_of(3) {
+                if self.jitter % 3 != 0 {
                     continue;
                 }
             }
@@ -758,7 +758,7 @@ fn sparse_queues_beside_a_bulk_queue_do_not_push_the_aggregate_over_the_rate() {
     ] {
         for n in [1usize, 3, 7] {
             let mut sources = vec![Source::Greedy];
-            sources.extend(std::iter::repeat_n(light, n));
+            sources.extend(std::iter::repeat(light).take(n));
             let mut wc = Sim::new(&sources, SyncPolicy::WorkConserving);
             let ratio = wc.aggregate_ratio(100_000_000, 300_000_000);
             let mut equal = Sim::new(&sources, SyncPolicy::Equal);

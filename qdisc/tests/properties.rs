@@ -97,7 +97,7 @@ fn run_ops(initial: CakeConfig, ops: &[Op], modes: bool) -> Result<(), TestCaseE
             if !modes {
                 let l = &mut last[p.flow as usize];
                 prop_assert!(
-                    l.is_none_or(|s| s < p.seq),
+                    l.map_or(true, |s| s < p.seq),
                     "flow {} out of order: {:?} then {}",
                     p.flow,
                     l,

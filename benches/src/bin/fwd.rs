@@ -240,7 +240,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     ];
     let rows: Vec<_> = rows
         .into_iter()
-        .filter(|(name, _, _, _)| args.only.as_deref().is_none_or(|o| name.contains(o)))
+        .filter(|(name, _, _, _)| args.only.as_deref().map_or(true, |o| name.contains(o)))
         .collect();
     if rows.is_empty() {
         anyhow::bail!(

@@ -242,7 +242,7 @@ fn direction_of_dev(
 
 /// Converts several tc cake commands (an egress cake on the uplink and an ingress cake on its
 /// IFB, say) into one config: each `dev` is mapped to the direction it shaped
-/// ([`direction_of_dev`]) and written as `[shaper.download]` / `[shaper.upload]`. One command
+/// (`direction_of_dev`) and written as `[shaper.download]` / `[shaper.upload]`. One command
 /// without `ports` converts as [`convert`] does, to `[shaper]`.
 ///
 /// # Errors

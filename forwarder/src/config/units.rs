@@ -373,7 +373,7 @@ pub fn format_rate(rate: Rate) -> String {
         ("mbit", 1_000_000),
         ("kbit", 1_000),
     ] {
-        if bits.is_multiple_of(scale) {
+        if bits % scale == 0 {
             return format!("{}{unit}", bits / scale);
         }
     }
@@ -386,11 +386,11 @@ pub fn format_duration_ns(ns: u64) -> String {
     let mut out = String::new();
     let (n, unit) = if ns == 0 {
         (0, "us")
-    } else if ns.is_multiple_of(1_000_000_000) {
+    } else if ns % 1_000_000_000 == 0 {
         (ns / 1_000_000_000, "s")
-    } else if ns.is_multiple_of(1_000_000) {
+    } else if ns % 1_000_000 == 0 {
         (ns / 1_000_000, "ms")
-    } else if ns.is_multiple_of(1_000) {
+    } else if ns % 1_000 == 0 {
         (ns / 1_000, "us")
     } else {
         (ns, "ns")
@@ -402,7 +402,7 @@ pub fn format_duration_ns(ns: u64) -> String {
 /// Formats bytes so that [`parse_size`] reads them back exactly: `32mb`, `64kb`, `10000`.
 pub fn format_size(bytes: u64) -> String {
     for (unit, shift) in [("gb", 30), ("mb", 20), ("kb", 10)] {
-        if bytes != 0 && bytes.is_multiple_of(1u64 << shift) {
+        if bytes != 0 && bytes % (1u64 << shift) == 0 {
             return format!("{}{unit}", bytes >> shift);
         }
     }

@@ -126,10 +126,8 @@ fn finish_l4_checksum(l4: &mut [u8], pseudo: u32, field: usize, zero_means_none:
 /// ).unwrap();
 /// assert_eq!(len, 14 + 40 + 8 + 100);
 /// ```
-#[expect(
-    clippy::too_many_arguments,
-    reason = "mirrors the header fields one to one; TcpSpec is the struct form"
-)]
+// Mirrors the header fields one to one; TcpSpec is the struct form.
+#[allow(clippy::too_many_arguments)]
 pub fn build_udp_frame(
     buf: &mut [u8],
     src: IpAddr,
@@ -157,10 +155,8 @@ pub fn build_udp_frame(
 /// `l4_len` bytes (no upper-layer checksum). For a protocol without ports the port bytes are
 /// just its first four header bytes. Returns the frame length, or `None` as
 /// [`build_udp_frame`] does.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "mirrors the header fields one to one, as build_udp_frame"
-)]
+// Mirrors the header fields one to one, as build_udp_frame.
+#[allow(clippy::too_many_arguments)]
 pub fn build_ports_frame(
     buf: &mut [u8],
     src: IpAddr,

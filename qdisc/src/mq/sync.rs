@@ -169,3 +169,70 @@ impl<T> Drop for RunnerGuard<'_, T> {
         self.lock.state.fetch_and(!LOCKED, Ordering::Release);
     }
 }
+
+// Small enough for miri (`scripts/test miri`), which checks the `unsafe` cell access above
+// for data races and aliasing; loom (tests/loom.rs) checks the protocol's interleavings.
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_lock_is_refused_and_flags_missed_for_its_holder() {
+        let lock = RunnerLock::new(0u32);
+        let mut guard = lock.try_lock_idle().expect("a new lock is free");
+        assert!(lock.try_lock().is_none());
+        assert!(lock.try_lock_idle().is_none());
+        assert!(lock.lock_or_flag_missed().is_none(), "held: flags MISSED");
+        guard.with(|v| *v += 1);
+        // MISSED was set: the holder keeps the lock and must go round again.
+        let mut guard = guard.try_unlock().expect_err("MISSED keeps the lock");
+        guard.with(|v| *v += 1);
+        assert!(guard.try_unlock().is_ok());
+        assert!(lock.is_idle());
+        let mut guard = lock.try_lock().expect("free again");
+        assert_eq!(guard.with(|v| *v), 2);
+        guard.unlock_with_missed();
+        assert!(!lock.is_idle());
+        assert!(lock.try_lock_idle().is_none(), "MISSED pending: no bypass");
+        assert!(
+            lock.lock_or_flag_missed().is_some(),
+            "the next runner takes over"
+        );
+    }
+
+    #[test]
+    fn threads_that_take_the_lock_get_the_state_one_at_a_time() {
+        const THREADS: u32 = 3;
+        const ROUNDS: u32 = 20;
+        let lock = RunnerLock::new(Vec::<u32>::new());
+        let pushed: u32 = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let lock = &lock;
+                    s.spawn(move || {
+                        let mut done = 0;
+                        while done < ROUNDS {
+                            let Some(mut guard) = lock.lock_or_flag_missed() else {
+                                std::thread::yield_now();
+                                continue;
+                            };
+                            loop {
+                                guard.with(|v| v.push(t));
+                                done += 1;
+                                match guard.try_unlock() {
+                                    Ok(()) => break,
+                                    Err(again) => guard = again,
+                                }
+                            }
+                        }
+                        done
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        let mut guard = lock.lock_or_flag_missed().expect("every thread let go");
+        assert_eq!(guard.with(|v| v.len()) as u32, pushed);
+        assert!(pushed >= THREADS * ROUNDS);
+    }
+}

@@ -346,7 +346,7 @@ mod tests {
             if i % 3 != 0 {
                 if let Dequeue::Packet(p) = q.dequeue(0) {
                     assert!(
-                        last_out[p.flow as usize].is_none_or(|s| s < p.seq),
+                        last_out[p.flow as usize].map_or(true, |s| s < p.seq),
                         "flow order broken"
                     );
                     last_out[p.flow as usize] = Some(p.seq);

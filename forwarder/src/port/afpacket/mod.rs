@@ -35,7 +35,7 @@
 //! the caller, like a full NIC ring.
 //!
 //! This module does not parse frames and does not decide what to forward where; the `unsafe`
-//! system calls live in [`sys`].
+//! system calls live in its `sys` module.
 
 mod sys;
 

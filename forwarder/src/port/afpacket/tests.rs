@@ -116,10 +116,10 @@ fn enter_veth_lab() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let missing = missing_capabilities(&status);
     if !missing.is_empty() {
-        crate::log_line!(
-            "SKIP: needs root ({} missing); run scripts/test lab as root",
+        crate::testing::skip(format!(
+            "needs root ({} missing); run scripts/test lab as root",
             missing.join(", ")
-        );
+        ));
         return false;
     }
     sys::unshare_net_namespace().expect("unshare(CLONE_NEWNET)");

@@ -11,10 +11,8 @@
 //! Pools and devices keep the EAL alive; queues keep their device alive; a device keeps the
 //! pools its RX rings refill from. A pool dropped while mbufs are still out is leaked on
 //! purpose (and then the EAL is not cleaned up), so an `Mbuf` never points at freed memory.
-#![allow(
-    unsafe_code,
-    reason = "the FFI boundary to libdpdk; every block has a SAFETY note"
-)]
+// The FFI boundary to libdpdk; every block has a SAFETY note.
+#![allow(unsafe_code)]
 
 mod eal;
 mod error;

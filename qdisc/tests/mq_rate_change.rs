@@ -1,8 +1,10 @@
-//! A rate change reaches a queue that waits for its shaper, in virtual time: through the
+//! Live changes to a busy queue, in virtual time. A rate change reaches a queue that waits
+//! for its shaper: through the
 //! control path (the global rate set on the `MultiQueue`) and through the cake_mq sync (a
 //! queue's share grows when its sibling goes quiet). Either way the wait still pending,
 //! computed at the old rate, is rescaled to the new one: a raised rate takes effect at once,
-//! not after a slot computed at 2 kbit/s (6 s for one 1514-byte packet).
+//! not after a slot computed at 2 kbit/s (6 s for one 1514-byte packet). A diffserv change
+//! to fewer tins keeps every queued packet.
 
 use qdisc::cake::{Cake, CakeConfig, DiffservMode};
 use qdisc::mq::{MultiQueue, NextRun, Offerer, RunResult, SyncConfig, SyncPolicy, TxQueueOptions};
@@ -106,4 +108,44 @@ fn a_share_that_grows_ends_the_wait_computed_at_the_small_share() {
         after < before * 6 / 10,
         "the wait left went from {before} to {after} ns"
     );
+}
+
+#[test]
+fn a_live_diffserv_change_to_fewer_tins_keeps_what_is_queued() {
+    // diffserv4 to besteffort on a busy queue: the reconfigure is applied at the next run,
+    // and the packets of the three tins that vanish wait in the one left.
+    let mq = queues(1, Rate::from_bits_per_sec(1_000_000));
+    let config = |diffserv| CakeConfig {
+        rate: Rate::from_bits_per_sec(1_000_000),
+        diffserv,
+        ..CakeConfig::default()
+    };
+    mq.reconfigure(&config(DiffservMode::Diffserv4)).unwrap();
+    let mut out = Vec::new();
+    let _ = mq.queue(0).run(0, 0, &mut out, |o| o.clear());
+    for (i, dscp) in [0u8, 8, 34, 46].into_iter().enumerate() {
+        let mut metas = vec![udp_meta(i as u32 + 1, 2, 3, dscp); 100];
+        let mut pkts: Vec<TestPacket> = (0..100)
+            .map(|seq| TestPacket::new(1000, i as u32 + 1, seq))
+            .collect();
+        mq.queue(0).enqueue_burst(
+            1_000,
+            &mut pkts,
+            &mut metas,
+            |_, _| {},
+            &mut out,
+            Offerer::Runner,
+        );
+    }
+    let _ = mq.queue(0).run(1_000, 0, &mut out, |o| o.clear());
+    let queued = mq.queue(0).backlog();
+    let drops = |mq: &MultiQueue<TestPacket, Cake<TestPacket>>| -> u64 {
+        mq.queue(0).stats().qdisc_drops.iter().sum()
+    };
+    let dropped = drops(&mq);
+    assert_eq!(queued as u64 + dropped, 400);
+    mq.reconfigure(&config(DiffservMode::Besteffort)).unwrap();
+    let _ = mq.queue(0).run(2_000, 0, &mut out, |o| o.clear());
+    assert_eq!(mq.queue(0).backlog(), queued, "nothing queued was dropped");
+    assert_eq!(drops(&mq), dropped);
 }

@@ -44,8 +44,9 @@
 //! * **GSO** super-frames are never split (the `Packet` trait cannot split a buffer); they
 //!   are charged per segment as on the kernel's unsplit path.
 //! * **wash** is left to the caller's rewrite step: the qdisc never writes packet bytes.
-//! * **Reconfigure to fewer tins** purges the dropped tins; purged packets are counted as
-//!   `Overflow` drops and in [`CakeStats::purged_packets`].
+//! * **Reconfigure to fewer tins** moves the flows of the tins that vanish to the tin their
+//!   traffic maps to now (Linux purges them); nothing queued is dropped, and
+//!   [`CakeStats::purged_packets`] stays 0.
 //! * **Memory limit 0** (`memlimit: Some(0)`) means "auto", as the kernel's 0 does.
 //! * **Peak memory** (`memory_used`) is sampled before the overflow drops, as in Linux,
 //!   so it can exceed the limit by one packet.

@@ -1,6 +1,7 @@
 //! Building and reconfiguring a [`Cake`] (sch_cake.c `cake_init` and `cake_change`): the
-//! preallocated tables and packet slab, applying a configuration, purging the tins a
-//! reconfigure drops, and the read-only accessors.
+//! preallocated tables and packet slab, applying a configuration, moving the packets of the
+//! tins a reconfigure drops to the tins that carry their traffic now, and the read-only
+//! accessors.
 
 use super::ack_filter::AckEntry;
 use super::diffserv::{self, diffserv_table, tin_count, tin_order, MAX_TINS};
@@ -9,7 +10,7 @@ use super::shaper::{Clock, Overhead, RateNs};
 use super::table::FlowTable;
 use super::{
     AckFilterMode, Autorate, Cake, CakeConfig, CakeStats, ConfigError, Flow, FlowSet, Host, Link,
-    Slot, TinTurn, ALL_FLOWS, FLOWS_PER_TIN, NIL,
+    ListId, Slot, TinTurn, ALL_FLOWS, FLOWS_PER_TIN, NIL,
 };
 use crate::{DropReason, Packet, Rate};
 
@@ -67,16 +68,23 @@ impl<P: Packet> Cake<P> {
     /// Applies a full new configuration at this (always safe) point between calls.
     ///
     /// Unlike [`Qdisc::set_rate`](crate::Qdisc::set_rate) this recomputes everything: tin tables, COBALT
-    /// parameters, memory limit, overhead. Tins at or above the new tin count are purged
-    /// (their packets counted as `Overflow` drops); the cursors are kept when still valid.
+    /// parameters, memory limit, overhead. Nothing queued is dropped: the flows of tins at
+    /// or above the new tin count move, packets, order and enqueue times kept, to the tin
+    /// their traffic maps to now ([`Cake::move_vanished_tin`]); the cursors are kept when
+    /// still valid.
     ///
     /// # Errors
     /// Whatever [`CakeConfig::validate`] rejects; the instance is then unchanged.
     pub fn reconfigure(&mut self, config: &CakeConfig) -> Result<(), ConfigError> {
         config.validate()?;
         let old_mode = self.config.flow_mode;
+        let old_index = self.tin_index;
+        let old_tin_cnt = self.tin_cnt;
         self.config = config.clone();
         self.apply_config();
+        for t in self.tin_cnt..old_tin_cnt.max(self.tin_cnt) {
+            self.move_vanished_tin(t, old_index);
+        }
         for t in self.tin_cnt..MAX_TINS {
             self.purge_tin(t);
         }
@@ -135,6 +143,90 @@ impl<P: Packet> Cake<P> {
 
     pub(super) fn compute_buffer_limit(&self) -> u64 {
         self.config.memory_limit_at(self.rate_bps)
+    }
+
+    /// The tin that the traffic of old tin `t` maps to now: the new tin most of the DSCP
+    /// values `old_index` sent to `t` go to (the lowest on a tie; best effort's when none
+    /// did). Per tin, not per packet: a queued packet keeps no DSCP, and a tin's flows move
+    /// whole, so each keeps its order.
+    fn tin_now_for(&self, t: usize, old_index: &[u8; 64]) -> usize {
+        let mut votes = [0u32; MAX_TINS];
+        for (dscp, &old) in old_index.iter().enumerate() {
+            if usize::from(old) == t {
+                votes[usize::from(self.tin_index[dscp]) % MAX_TINS] += 1;
+            }
+        }
+        let best = (0..self.tin_cnt).max_by_key(|&n| (votes[n], std::cmp::Reverse(n)));
+        match best {
+            Some(n) if votes[n] > 0 => n,
+            _ => usize::from(self.tin_index[0]).min(self.tin_cnt - 1),
+        }
+    }
+
+    /// Moves every queued packet of tin `t`, which the new diffserv mode no longer has, to
+    /// the tin its traffic maps to now ([`Cake::tin_now_for`]): each flow becomes the flow of
+    /// the same bucket there (appended behind any packets that bucket holds), a new sparse
+    /// flow to the scheduler, with its packets' order and enqueue times kept. A live
+    /// diffserv change must not drop what is queued (docs/operations.md).
+    fn move_vanished_tin(&mut self, t: usize, old_index: &[u8; 64]) {
+        let to = self.tin_now_for(t, old_index);
+        // The fattest-flow heap is rebuilt at the next overflow instead of kept up to date.
+        self.overflow_timeout = 0;
+        let now = self.last_now;
+        for fid in t * FLOWS_PER_TIN..(t + 1) * FLOWS_PER_TIN {
+            if self.flows[fid].head == NIL {
+                continue;
+            }
+            let dest = to * FLOWS_PER_TIN + (fid - t * FLOWS_PER_TIN);
+            if self.flows[dest].head == NIL {
+                // An idle bucket takes the flow's hosts along with it.
+                self.flows[dest].srchost = self.flows[fid].srchost;
+                self.flows[dest].dsthost = self.flows[fid].dsthost;
+            }
+            if !self.rate.is_unlimited()
+                && self.stats.tins[to].backlog_bytes == 0
+                && self.tins[to].clock.next_ns < now
+            {
+                self.tins[to].clock.set(now);
+            }
+            while let Some(s) = self.pop_head(t, fid) {
+                self.append_moved(to, dest, s);
+            }
+        }
+    }
+
+    /// Appends slot `s` (already unlinked and uncounted by `pop_head`) to flow `fid` of tin
+    /// `t`, counting it as an enqueue does, and makes an idle flow a new sparse one.
+    fn append_moved(&mut self, t: usize, fid: usize, s: u32) {
+        let (len, footprint) = {
+            let slot = &mut self.slots[s as usize];
+            slot.next = NIL;
+            (slot.len, slot.footprint)
+        };
+        let f = &mut self.flows[fid];
+        if f.tail == NIL {
+            f.head = s;
+        } else {
+            self.slots[f.tail as usize].next = s;
+        }
+        f.tail = s;
+        f.backlog += u64::from(len);
+        self.qlen += 1;
+        self.buffer_used += u64::from(footprint);
+        self.backlog += u64::from(len);
+        self.stats.tins[t].backlog_bytes += u64::from(len);
+        let set = self.flows[fid].set;
+        if matches!(set, FlowSet::None | FlowSet::Decaying) {
+            let st = &mut self.stats.tins[t];
+            if set == FlowSet::Decaying {
+                st.decaying_flows -= 1;
+            }
+            st.sparse_flows += 1;
+            self.turns[t].active_flows += 1;
+            self.list_move_tail(fid, ListId::New);
+            self.flows[fid].set = FlowSet::Sparse;
+            self.flows[fid].deficit = self.flow_quantum(fid, 0);
+        }
     }
 
     /// Empties tin `t`: drops its packets and returns its flows and hosts to rest.

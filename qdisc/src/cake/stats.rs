@@ -151,8 +151,8 @@ pub struct CakeStats {
     pub clock_clamps: u64,
     /// Packets sent through [`crate::Qdisc::try_bypass`].
     pub bypassed_packets: u64,
-    /// Packets discarded by a reconfigure that reduced the tin count (also counted as
-    /// `Overflow` drops).
+    /// Packets discarded when a tin was emptied (also counted as `Overflow` drops). A
+    /// reconfigure to fewer tins moves their packets instead, so this stays 0.
     pub purged_packets: u64,
     /// Drops by reason (packets), indexed like [`DropReason::ALL`].
     pub drops: [u64; DropReason::ALL.len()],

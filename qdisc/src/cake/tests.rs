@@ -497,7 +497,7 @@ fn aggressive_ack_filter_keeps_only_the_newest_ack() {
 }
 
 #[test]
-fn reconfigure_to_fewer_tins_purges_them_and_keeps_the_rest() {
+fn reconfigure_to_fewer_tins_moves_their_packets_and_drops_none() {
     let mut c = unlimited(FlowMode::TripleIsolate, DiffservMode::Diffserv8);
     for d in [0u8, 8, 46, 56] {
         for s in 0..3 {
@@ -516,12 +516,61 @@ fn reconfigure_to_fewer_tins_purges_them_and_keeps_the_rest() {
     })
     .unwrap();
     assert_eq!(c.cursors().0, 0);
-    // diffserv8 put DSCP 0 and 8 in tins 2 and 1: gone. Only tin 0 (nothing) survives.
-    let purged = c.stats().purged_packets;
-    assert!(purged > 0);
-    assert_eq!(c.len() as u64 + purged + 1, 12);
+    // diffserv8's tins above 0 are gone: their packets wait in best effort's one tin.
+    assert_eq!(c.stats().purged_packets, 0);
+    assert_eq!(c.stats().dropped_total(), 0);
+    assert_eq!(c.len(), 11);
     c.check_invariants().unwrap();
-    assert_eq!(c.stats().dropped_total(), purged);
+    // Every flow keeps its order.
+    let out = drain(&mut c, 2);
+    assert_eq!(out.len(), 11);
+    for flow in [0u32, 8, 46, 56] {
+        let seqs: Vec<u64> = out
+            .iter()
+            .filter(|p| p.flow == flow)
+            .map(|p| p.seq)
+            .collect();
+        let mut sorted = seqs.clone();
+        sorted.sort_unstable();
+        assert_eq!(seqs, sorted, "flow {flow}");
+    }
+}
+
+#[test]
+fn a_busy_diffserv4_queue_changed_to_besteffort_or_diffserv3_keeps_every_packet() {
+    // The packets of a vanished tin go where its traffic maps now: diffserv4's voice (tin
+    // 3: EF) is diffserv3's voice (tin 2).
+    for (to, voice_tin) in [(DiffservMode::Besteffort, 0), (DiffservMode::Diffserv3, 2)] {
+        let mut c = cake(CakeConfig {
+            rate: Rate::from_bits_per_sec(10_000_000),
+            diffserv: DiffservMode::Diffserv4,
+            ..CakeConfig::default()
+        });
+        let mut n = 0;
+        for (i, dscp) in [0u8, 8, 34, 46].into_iter().cycle().take(400).enumerate() {
+            let flow = u32::from(dscp) * 10 + (i % 5) as u32;
+            c.enqueue(0, pkt(1000, flow, i as u64), &udp_meta(flow, 2, 3, dscp));
+            n += 1;
+        }
+        assert_eq!(c.len(), n);
+        c.reconfigure(&CakeConfig {
+            rate: Rate::from_bits_per_sec(10_000_000),
+            diffserv: to,
+            ..CakeConfig::default()
+        })
+        .unwrap();
+        assert_eq!(c.len(), n, "{to:?}: nothing dropped");
+        assert_eq!(c.stats().dropped_total(), 0);
+        assert!(
+            c.stats().tins[voice_tin].backlog_bytes >= 100 * 1000,
+            "{to:?}"
+        );
+        c.check_invariants().unwrap();
+        // Every packet leaves or is dropped by the AQM on the way out (they waited 10 s).
+        let out = drain(&mut c, 10_000_000_000);
+        assert_eq!(out.len() as u64 + c.stats().dropped_total(), n as u64);
+        c.check_invariants().unwrap();
+    }
 }
 
 #[test]

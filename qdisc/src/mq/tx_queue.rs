@@ -790,9 +790,10 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 // unchanged, which is the safe outcome anyway.
                 let before = r.qdisc.len();
                 let _ = r.qdisc.reconfigure(&config);
-                // A reconfigure may purge (CAKE empties the tins a new diffserv mode no
-                // longer has). Those packets are Overflow drops, as the qdisc's own stats
-                // count them, not AQM drops, which is what conservation alone would say.
+                // A qdisc whose reconfigure drops packets (CAKE moves the packets of the tins
+                // a new diffserv mode no longer has instead) counts them as Overflow drops,
+                // as the qdisc's own stats do, not AQM drops, which is what conservation
+                // alone would say.
                 let purged = before.saturating_sub(r.qdisc.len());
                 r.count_drops(DropReason::Overflow, purged as u64);
                 // The reconfigure set the full configured rate; the sync scales it back down.

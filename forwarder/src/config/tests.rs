@@ -2,6 +2,7 @@
 //! overrides, refused combinations and the effective configuration printed back.
 
 use super::*;
+use qdisc::cake::AckFilterMode;
 use qdisc::cake::{DiffservMode, FlowMode};
 
 fn err(text: &str) -> String {

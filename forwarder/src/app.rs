@@ -774,19 +774,7 @@ fn supervise<P: PortBuf>(
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())
         .context("installing the SIGTERM handler")?;
 
-    // Until the first report, say when it comes: a bare `{}` read as a report with no ports.
-    let not_yet = format!(
-        "no report yet: the first comes {} after start (stats.interval)",
-        scfg.interval
-    );
-    let latest_text = Arc::new(Mutex::new(format!("{not_yet}\n")));
-    let latest_json = Arc::new(Mutex::new(format!(
-        "{}\n",
-        serde_json::json!({ "report": null, "error": not_yet })
-    )));
-    let latest_prom = Arc::new(Mutex::new(String::new()));
-    let aux_stop = Arc::new(AtomicBool::new(false));
-    let mut aux = Vec::new();
+    let mut outputs = Outputs::new(&scfg)?;
     let directions = targets
         .iter()
         .enumerate()
@@ -802,40 +790,13 @@ fn supervise<P: PortBuf>(
     let state = Arc::new(ControlState {
         directions,
         started_with: config.clone(),
-        latest_text: latest_text.clone(),
-        latest_json: latest_json.clone(),
+        latest_text: outputs.latest_text.clone(),
+        latest_json: outputs.latest_json.clone(),
         fresh: Mutex::new(None),
     });
     control::install(Some(state.clone()));
-    if scfg.control_socket != "off" {
-        let path = if scfg.control_socket.is_empty() {
-            control::default_socket_path()
-        } else {
-            PathBuf::from(&scfg.control_socket)
-        };
-        match control::serve(&path, state.clone(), aux_stop.clone()) {
-            Ok(h) => aux.push(h),
-            // The default socket is a convenience (its directory may not be writable
-            // without root); a socket the operator named is a requirement.
-            Err(e) if scfg.control_socket.is_empty() => crate::log_line!("warning: {e}"),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    if let Some(addr) = &scfg.prometheus {
-        let h = prometheus::serve(
-            addr,
-            scfg.prometheus_public,
-            latest_prom.clone(),
-            aux_stop.clone(),
-        )?;
-        aux.push(h);
-    }
-    let mut json = match &scfg.json {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-        None => None,
-    };
+    let aux_stop = Arc::new(AtomicBool::new(false));
+    let aux = serve_control_and_metrics(&scfg, &state, &outputs, &aux_stop)?;
     let views: Vec<Arc<dyn QueueView>> = shapers
         .iter()
         .map(|s| Arc::new(ShaperView::<P>(s.clone())) as Arc<dyn QueueView>)
@@ -872,15 +833,100 @@ fn supervise<P: PortBuf>(
         }));
     }
 
-    let mut publish = |r: &Report, live: bool, synth: &[(usize, Arc<SynthStats>)]| {
+    let Stopped {
+        reason: stop_reason,
+        port_fault,
+    } = watch(
+        &running,
+        &stop,
+        (&health, &port_names),
+        Schedule {
+            started,
+            duration_ns: timing.duration_ns,
+            interval_ns,
+        },
+        &mut notifier,
+        |elapsed_ns| {
+            let r = reporter
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .report(elapsed_ns as f64 / 1e9);
+            outputs.publish(&r, scfg.live, &synth);
+            r
+        },
+    );
+    let panicked = running.join();
+    // Let every queue publish its final counters: a burst a worker offered last may have
+    // changed them (say, the qdisc dropped part of it) with no run after it. A budget of 0
+    // moves and dequeues nothing; what waits in an intake is counted as queued.
+    let now = crate::clock::now_ns();
+    for s in &all_shapers {
+        let mut out = Vec::new();
+        let _ = s.run(now, 0, &mut out, &mut |_o: &mut Vec<P>| {});
+        drop(out);
+    }
+    // From here on `stats` answers with the final report.
+    *state.fresh.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let r = reporter
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .final_report(started.elapsed().as_secs_f64());
+    outputs.publish(&r, false, &synth);
+    aux_stop.store(true, Ordering::Relaxed);
+    for h in aux {
+        let _ = h.join();
+    }
+    control::install(None);
+    // A closed stdout (piped into `head`) must not turn a clean stop into a panic.
+    let _ = crate::cli::out(&format!("stopped: {stop_reason}\n{}", r.final_text()));
+    verdict(&r, panicked, port_fault)
+}
+
+/// Where reports go: the JSON lines file, the latest text and JSON for `ctl stats`, the
+/// Prometheus text, and the live line on stderr.
+struct Outputs {
+    latest_text: Arc<Mutex<String>>,
+    latest_json: Arc<Mutex<String>>,
+    latest_prom: Arc<Mutex<String>>,
+    json: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Outputs {
+    fn new(scfg: &StatsConfig) -> anyhow::Result<Outputs> {
+        // Until the first report, say when it comes: a bare `{}` read as a report with no
+        // ports.
+        let not_yet = format!(
+            "no report yet: the first comes {} after start (stats.interval)",
+            scfg.interval
+        );
+        let json = match &scfg.json {
+            Some(p) => Some(std::io::BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            )),
+            None => None,
+        };
+        Ok(Outputs {
+            latest_text: Arc::new(Mutex::new(format!("{not_yet}\n"))),
+            latest_json: Arc::new(Mutex::new(format!(
+                "{}\n",
+                serde_json::json!({ "report": null, "error": not_yet })
+            ))),
+            latest_prom: Arc::new(Mutex::new(String::new())),
+            json,
+        })
+    }
+
+    /// Publishes `r` everywhere; with `live`, also the live line (with the synth sink's
+    /// delays of the interval, which it then resets).
+    fn publish(&mut self, r: &Report, live: bool, synth: &[(usize, Arc<SynthStats>)]) {
         let line = serde_json::to_string(r).unwrap_or_default();
-        if let Some(j) = json.as_mut() {
+        if let Some(j) = self.json.as_mut() {
             let _ = writeln!(j, "{line}");
             let _ = j.flush();
         }
-        *latest_json.lock().unwrap_or_else(|e| e.into_inner()) = format!("{line}\n");
-        *latest_text.lock().unwrap_or_else(|e| e.into_inner()) = r.final_text();
-        *latest_prom.lock().unwrap_or_else(|e| e.into_inner()) = prometheus::render(r);
+        *self.latest_json.lock().unwrap_or_else(|e| e.into_inner()) = format!("{line}\n");
+        *self.latest_text.lock().unwrap_or_else(|e| e.into_inner()) = r.final_text();
+        *self.latest_prom.lock().unwrap_or_else(|e| e.into_inner()) = prometheus::render(r);
         if live {
             let delay = synth.first().map(|(_, s)| {
                 let mut h = s.delay_interval.lock().unwrap_or_else(|e| e.into_inner());
@@ -890,9 +936,75 @@ fn supervise<P: PortBuf>(
             });
             crate::log_line!("{}", r.live_line(delay));
         }
-    };
+    }
+}
 
-    // Supervise.
+/// Starts the control socket and the Prometheus endpoint as configured; their threads end
+/// when `aux_stop` is set.
+fn serve_control_and_metrics(
+    scfg: &StatsConfig,
+    state: &Arc<ControlState>,
+    outputs: &Outputs,
+    aux_stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut aux = Vec::new();
+    if scfg.control_socket != "off" {
+        let path = if scfg.control_socket.is_empty() {
+            control::default_socket_path()
+        } else {
+            PathBuf::from(&scfg.control_socket)
+        };
+        match control::serve(&path, Arc::clone(state), Arc::clone(aux_stop)) {
+            Ok(h) => aux.push(h),
+            // The default socket is a convenience (its directory may not be writable
+            // without root); a socket the operator named is a requirement.
+            Err(e) if scfg.control_socket.is_empty() => crate::log_line!("warning: {e}"),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(addr) = &scfg.prometheus {
+        let h = prometheus::serve(
+            addr,
+            scfg.prometheus_public,
+            outputs.latest_prom.clone(),
+            Arc::clone(aux_stop),
+        )?;
+        aux.push(h);
+    }
+    Ok(aux)
+}
+
+/// Why the run stopped, and the port failure that stopped it, if one did.
+struct Stopped {
+    reason: String,
+    port_fault: Option<String>,
+}
+
+/// When a run started, how long it may last and how often it reports.
+#[derive(Clone, Copy)]
+struct Schedule {
+    started: Instant,
+    duration_ns: Option<u64>,
+    interval_ns: u64,
+}
+
+/// Watches the running engine until it has stopped: checks the ports' health, starts the
+/// drain on a signal, a port failure, the end of the run's duration or of its inputs (a
+/// second signal stops at once), and calls `report` (with the time since the start) at
+/// every report interval.
+fn watch<P: PortBuf>(
+    running: &engine::Running<P>,
+    stop: &AtomicBool,
+    (health, port_names): (&[(usize, PortHealth)], &[String]),
+    schedule: Schedule,
+    notifier: &mut crate::notify::Notifier,
+    mut report: impl FnMut(u64) -> Report,
+) -> Stopped {
+    let Schedule {
+        started,
+        duration_ns,
+        interval_ns,
+    } = schedule;
     let mut next_report = interval_ns;
     let mut draining = false;
     let mut stop_reason = "duration reached".to_string();
@@ -915,7 +1027,7 @@ fn supervise<P: PortBuf>(
             } else if let Some(fault) = &port_fault {
                 crate::log_line!("error: {fault}; stopping");
                 Some(fault.clone())
-            } else if timing.duration_ns.is_some_and(|d| elapsed_ns >= d) {
+            } else if duration_ns.is_some_and(|d| elapsed_ns >= d) {
                 Some("duration reached".to_string())
             } else if running.rx_finished() {
                 Some("inputs finished".to_string())
@@ -937,38 +1049,19 @@ fn supervise<P: PortBuf>(
         }
         if elapsed_ns >= next_report {
             next_report += interval_ns;
-            let r = reporter
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .report(elapsed_ns as f64 / 1e9);
-            publish(&r, scfg.live, &synth);
+            let r = report(elapsed_ns);
             notifier.status(&r.live_line(None));
         }
     }
-    let panicked = running.join();
-    // Let every queue publish its final counters: a burst a worker offered last may have
-    // changed them (say, the qdisc dropped part of it) with no run after it. A budget of 0
-    // moves and dequeues nothing; what waits in an intake is counted as queued.
-    let now = crate::clock::now_ns();
-    for s in &all_shapers {
-        let mut out = Vec::new();
-        let _ = s.run(now, 0, &mut out, &mut |_o: &mut Vec<P>| {});
-        drop(out);
+    Stopped {
+        reason: stop_reason,
+        port_fault,
     }
-    // From here on `stats` answers with the final report.
-    *state.fresh.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    let r = reporter
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .final_report(started.elapsed().as_secs_f64());
-    publish(&r, false, &synth);
-    aux_stop.store(true, Ordering::Relaxed);
-    for h in aux {
-        let _ = h.join();
-    }
-    control::install(None);
-    // A closed stdout (piped into `head`) must not turn a clean stop into a panic.
-    let _ = crate::cli::out(&format!("stopped: {stop_reason}\n{}", r.final_text()));
+}
+
+/// The run's exit status from its final report: an error when a worker panicked, a port
+/// failed, or a packet is unaccounted for (overall or in one direction).
+fn verdict(r: &Report, panicked: usize, port_fault: Option<String>) -> anyhow::Result<()> {
     if panicked > 0 {
         bail!("{panicked} worker thread(s) panicked; the report above is incomplete");
     }

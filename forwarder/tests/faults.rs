@@ -555,9 +555,10 @@ fn raising_the_rate_after_a_very_low_one_takes_effect_at_once() {
     let _ = child.kill();
     let _ = child.wait();
     // 1.5 s at 50 Mbit/s is about 6000 such packets; a queue still waiting out its 6 s
-    // slot sends none. A busy machine may deliver far fewer than 6000, never none.
+    // slot sends none (0 measured before the fix). A busy machine, with the tests beside
+    // it, may deliver far fewer than 6000, but not next to none.
     assert!(
-        after - at_raise > 200,
+        after - at_raise > 50,
         "{} packets sent in the 1.5 s after the raise",
         after - at_raise
     );

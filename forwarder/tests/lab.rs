@@ -490,7 +490,7 @@ fn a_port_whose_interface_is_deleted_stops_the_forwarder_with_the_reason() {
 #[ignore = "needs root: creates a network namespace and veths; run scripts/test lab"]
 fn a_link_that_goes_down_and_up_again_forwards_again_by_itself() {
     if let Some(why) = skip_reason() {
-        eprintln!("SKIP: {why}");
+        forwarder::testing::skip(why);
         return;
     }
     // docs/operations.md: "A link that only goes down and up again is not a failure: the

@@ -293,7 +293,7 @@ fn the_control_socket_is_its_owners_alone() {
             "{stderr}"
         );
     } else {
-        eprintln!("SKIP the other-user half: needs root and setpriv");
+        forwarder::testing::skip("the other-user half needs root and setpriv (util-linux)");
     }
     let out = fwd.stop();
     assert!(out.status.success());

@@ -9,7 +9,7 @@ use super::ipv6::Ipv6Packet;
 const ECN_MASK: u8 = 0x03;
 const ECN_CE: u8 = 0x03;
 
-/// Marks ECN CE on the IP packet in `frame` (any VLAN tags). Returns true when the packet was
+/// Marks ECN CE on the IP packet in `frame` (any VLAN tags, inside PPPoE or MPLS). Returns true when the packet was
 /// ECN-capable (ECT(0), ECT(1) or already CE) and now carries CE; false when it is not
 /// ECN-capable or not IP, in which case it is unchanged and the caller drops it instead.
 pub fn set_ce(frame: &mut [u8]) -> bool {
@@ -192,5 +192,28 @@ mod tests {
             .unwrap()
             .verify_checksum());
         assert!(set_ce(&mut f));
+    }
+
+    #[test]
+    fn marking_and_washing_rewrite_the_ip_header_inside_pppoe_and_mpls() {
+        let inner = frame("10.0.0.1", "10.0.0.2", 46, 2);
+        let pppoe = [0x88, 0x64, 0x11, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x21];
+        let mpls = [0x88, 0x47, 0x00, 0x01, 0x01, 0x40];
+        for outer in [&pppoe[..], &mpls[..]] {
+            let mut f = inner[..12].to_vec();
+            f.extend_from_slice(outer);
+            f.extend_from_slice(&inner[14..]);
+            let l3 = usize::from(parse(&f).l3_offset);
+            assert_eq!(l3, 12 + outer.len());
+            let before = f.clone();
+            assert!(set_ce(&mut f));
+            assert_eq!(parse(&f).meta.ecn, 3);
+            assert!(Ipv4Packet::new_checked(&f[l3..]).unwrap().verify_checksum());
+            assert_eq!(f[..l3], before[..l3], "the outer headers are untouched");
+            assert!(wash_dscp(&mut f));
+            let p = parse(&f);
+            assert_eq!((p.meta.dscp, p.meta.ecn), (0, 3));
+            assert!(Ipv4Packet::new_checked(&f[l3..]).unwrap().verify_checksum());
+        }
     }
 }

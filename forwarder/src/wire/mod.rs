@@ -2,7 +2,7 @@
 //!
 //! Each protocol has a checked view in the smoltcp style (`new_checked` validates lengths
 //! once; afterwards no accessor can panic) with its field offsets as consts. [`parse`] walks
-//! Ethernet, 802.1Q/QinQ tags, IPv4 (options, fragments) or IPv6 (extension headers, bounded)
+//! Ethernet, 802.1Q/QinQ tags, a PPPoE session or an MPLS label stack, IPv4 (options, fragments) or IPv6 (extension headers, bounded)
 //! and TCP/UDP/ICMP into a [`qdisc::PacketMeta`] and never fails: a frame it cannot read is
 //! forwarded as non-IP with a [`Malformed`] reason. [`set_ce`] and [`wash_dscp`] rewrite the
 //! TOS/traffic-class byte in place with incremental IPv4 checksum updates; [`tcp_ack_info`]

@@ -1,5 +1,5 @@
-//! The one-pass header parser the data path calls per packet: Ethernet → VLAN tags →
-//! IPv4/IPv6 (options, extension headers, fragments) → TCP/UDP/ICMP ports, producing the
+//! The one-pass header parser the data path calls per packet: Ethernet → VLAN tags → PPPoE
+//! session or MPLS labels → IPv4/IPv6 (options, extension headers, fragments) → TCP/UDP/ICMP ports, producing the
 //! [`PacketMeta`] the qdisc classifies on. It never fails and never panics: a frame it cannot
 //! read becomes a non-IP packet (flow 0, default tin) with a [`Malformed`] reason, and is still
 //! forwarded.
@@ -58,11 +58,15 @@ pub enum Malformed {
     TruncatedL4,
     /// TCP data offset below 5 words or past the end of the segment.
     BadTcpDataOffset,
+    /// A PPPoE session header or an MPLS label stack runs past the end of the frame.
+    TruncatedEncapsulation,
+    /// More MPLS labels than [`ethernet::MAX_MPLS_LABELS`].
+    TooManyMplsLabels,
 }
 
 impl Malformed {
     /// All reasons, in display order (for per-reason counters).
-    pub const ALL: [Malformed; 11] = [
+    pub const ALL: [Malformed; 13] = [
         Malformed::TruncatedEthernet,
         Malformed::TruncatedVlan,
         Malformed::TooManyVlanTags,
@@ -74,6 +78,8 @@ impl Malformed {
         Malformed::TooManyIpv6ExtensionHeaders,
         Malformed::TruncatedL4,
         Malformed::BadTcpDataOffset,
+        Malformed::TruncatedEncapsulation,
+        Malformed::TooManyMplsLabels,
     ];
 
     /// Short snake_case name for stats output and metric labels.
@@ -90,6 +96,8 @@ impl Malformed {
             Malformed::TooManyIpv6ExtensionHeaders => "too_many_ipv6_extension_headers",
             Malformed::TruncatedL4 => "truncated_l4",
             Malformed::BadTcpDataOffset => "bad_tcp_data_offset",
+            Malformed::TruncatedEncapsulation => "truncated_encapsulation",
+            Malformed::TooManyMplsLabels => "too_many_mpls_labels",
         }
     }
 
@@ -110,7 +118,8 @@ impl core::fmt::Display for Malformed {
 pub struct Parsed {
     /// The header facts for the qdisc.
     pub meta: PacketMeta,
-    /// Offset of the network header (after all VLAN tags); 0 when the Ethernet header itself
+    /// Offset of the network header (after all VLAN tags, and the PPPoE header or MPLS labels
+    /// when an IP packet was found inside them); 0 when the Ethernet header itself
     /// was cut off.
     pub l3_offset: u16,
     /// Offset of the transport header; 0 when none was located (non-IP, fragments, malformed).
@@ -556,6 +565,74 @@ mod tests {
         assert_eq!(p.meta.keys.dst_port, 443);
         let p = parse(&frame([0x91, 0x00], &qinq));
         assert_eq!(p.l3_offset, 22);
+    }
+
+    /// `IPV4_OPTIONS_TCP` behind `outer` (an EtherType and the headers after it).
+    fn wrapped(outer: &[u8]) -> Vec<u8> {
+        let mut f = MACS.to_vec();
+        f.extend_from_slice(outer);
+        f.extend_from_slice(&IPV4_OPTIONS_TCP);
+        f
+    }
+
+    #[test]
+    fn pppoe_and_mpls_reach_the_inner_ip_header_for_keys_dscp_and_l2_len() {
+        let pppoe = [0x88, 0x64, 0x11, 0x00, 0x00, 0x07, 0x00, 0x2e, 0x00, 0x21];
+        let vlan_pppoe = [
+            0x81, 0x00, 0x00, 0x0a, 0x88, 0x64, 0x11, 0x00, 0x00, 0x07, 0x00, 0x2e, 0x00, 0x21,
+        ];
+        let mpls = [0x88, 0x47, 0x00, 0x01, 0x00, 0x40, 0x00, 0x02, 0x01, 0x40];
+        for (outer, l3) in [(&pppoe[..], 22), (&vlan_pppoe[..], 26), (&mpls[..], 22)] {
+            let f = wrapped(outer);
+            let p = parse(&f);
+            assert_eq!(p.malformed, None, "{outer:02x?}");
+            assert_eq!((p.l3_offset, p.meta.l2_len), (l3, l3));
+            assert_eq!(p.l4_offset, l3 + 24);
+            let k = p.meta.keys;
+            assert_eq!(
+                (k.l3, k.protocol, k.src_port, k.dst_port),
+                (L3Kind::Ipv4, 6, 40000, 443)
+            );
+            assert_eq!(&k.dst_addr[12..], &[198, 51, 100, 7]);
+            assert_eq!((p.meta.dscp, p.meta.ecn), (10, 1));
+            assert!(tcp_ack_info(&f).is_some(), "the ACK filter sees inside too");
+        }
+        // IPv6 inside PPPoE.
+        let mut f = MACS.to_vec();
+        f.extend_from_slice(&[0x88, 0x64, 0x11, 0x00, 0x00, 0x07, 0x00, 0x42, 0x00, 0x57]);
+        f.extend_from_slice(&IPV6_EXT_UDP);
+        let p = parse(&f);
+        assert_eq!(
+            (p.meta.keys.l3, p.meta.keys.dst_port, p.meta.dscp),
+            (L3Kind::Ipv6, 6000, 46)
+        );
+    }
+
+    #[test]
+    fn cut_or_endless_encapsulations_are_malformed_non_ip() {
+        let f = wrapped(&[0x88, 0x64, 0x11, 0x00, 0x00, 0x07, 0x00, 0x2e, 0x00, 0x21]);
+        assert_eq!(
+            parse(&f[..18]).malformed,
+            Some(Malformed::TruncatedEncapsulation)
+        );
+        assert_eq!(parse(&f[..30]).malformed, Some(Malformed::TruncatedIpv4));
+        let mut labels = MACS.to_vec();
+        labels.extend_from_slice(&[0x88, 0x47]);
+        for _ in 0..9 {
+            labels.extend_from_slice(&[0, 1, 0, 64]);
+        }
+        let p = parse(&labels);
+        assert_eq!(
+            (p.malformed, p.meta.keys.l3),
+            (Some(Malformed::TooManyMplsLabels), L3Kind::NonIp)
+        );
+        // PPP control traffic is non-IP, not malformed.
+        let lcp = wrapped(&[0x88, 0x64, 0x11, 0x00, 0x00, 0x07, 0x00, 0x2e, 0xc0, 0x21]);
+        let p = parse(&lcp);
+        assert_eq!(
+            (p.malformed, p.meta.keys.l3, p.l3_offset),
+            (None, L3Kind::NonIp, 14)
+        );
     }
 
     #[test]

@@ -405,6 +405,34 @@ struct TxSlot<P> {
 /// The shaper of every egress queue, shared by all workers.
 pub type Shapers<P> = Arc<Vec<Arc<dyn Shaper<P>>>>;
 
+/// A worker's per-burst buffers, allocated once.
+struct Buffers<P> {
+    /// As long as a transmit burst: a burst that bypasses whole swaps buffers with one.
+    burst: Vec<P>,
+    /// Scratch metas for sorting a burst over several TX queues.
+    metas: Vec<PacketMeta>,
+    scratch: Vec<P>,
+    /// Per egress, the packets of the burst being sorted to it.
+    bpkts: Vec<Vec<P>>,
+    /// Always `bs` long: `bmetas[e][..bpkts[e].len()]` belong to the packets in `bpkts[e]`,
+    /// so the parser can write them in place.
+    bmetas: Vec<Vec<PacketMeta>>,
+}
+
+impl<P> Buffers<P> {
+    fn new(bs: usize, egress_count: usize) -> Buffers<P> {
+        Buffers {
+            burst: Vec::with_capacity(bs * 4),
+            metas: vec![PacketMeta::default(); bs],
+            scratch: Vec::with_capacity(bs * 4),
+            bpkts: (0..egress_count).map(|_| Vec::with_capacity(bs)).collect(),
+            bmetas: (0..egress_count)
+                .map(|_| vec![PacketMeta::default(); bs])
+                .collect(),
+        }
+    }
+}
+
 struct Worker<P> {
     id: usize,
     rx: Vec<RxSlot<P>>,
@@ -657,22 +685,9 @@ impl<P: PortBuf> Worker<P> {
         }
         let _hook_guard = self.hook.as_ref().map(|h| h(self.id));
         let bs = self.burst;
-        let nq = self.layout.queues;
         let lp = self.layout;
         let mut local = vec![0u64; lp.len()];
-        // As long as a transmit burst: a burst that bypasses whole swaps buffers with one.
-        let mut burst: Vec<P> = Vec::with_capacity(bs * 4);
-        // Scratch metas for sorting a burst over several TX queues.
-        let mut metas = vec![PacketMeta::default(); bs];
-        let mut scratch: Vec<P> = Vec::with_capacity(bs * 4);
-        let mut bpkts: Vec<Vec<P>> = (0..lp.egress_count())
-            .map(|_| Vec::with_capacity(bs))
-            .collect();
-        // Always `bs` long: `bmetas[e][..bpkts[e].len()]` belong to the packets in `bpkts[e]`,
-        // so the parser can write them in place.
-        let mut bmetas: Vec<Vec<PacketMeta>> = (0..lp.egress_count())
-            .map(|_| vec![PacketMeta::default(); bs])
-            .collect();
+        let mut b = Buffers::new(bs, lp.egress_count());
         let mut unfinished = self.rx.len();
         let mut idle_iters: u32 = 0;
         let mut busy_iters: u32 = 0;
@@ -704,168 +719,9 @@ impl<P: PortBuf> Worker<P> {
             // stop receiving and let the receive rings absorb (or drop) the excess there.
             let backlogged = self.tx.iter().any(|t| t.pending.len() >= 2 * bs);
             if state == RUNNING && !backlogged {
-                for slot in self.rx.iter_mut() {
-                    let base = slot.out * nq;
-                    if slot.egress.is_some_and(|e| {
-                        self.owned[e].is_none() && self.shapers[e].peer_offer_would_drop()
-                    }) {
-                        // Another worker runs this egress and its intake is full: the whole
-                        // burst would be dropped on arrival. Leave it in the receive ring,
-                        // where an overload is dropped for free, and spend the time on this
-                        // worker's own queues (receive livelock otherwise: measured on DPDK
-                        // null devices, two workers each receiving for the other's queue
-                        // shaped 1 Gbit/s to a quarter of it).
-                        continue;
-                    }
-                    let n = slot.rx.rx_burst(&mut burst, bs);
-                    if n == 0 {
-                        if !slot.finished && slot.rx.is_finished() {
-                            slot.finished = true;
-                            unfinished -= 1;
-                            if unfinished == 0 {
-                                shared.rx_done[self.id].store(true, Relaxed);
-                            }
-                        }
-                        continue;
-                    }
-                    work += n;
-                    // Received bytes: the queues sum them as they take the packets.
-                    let mut bytes = 0u64;
-                    let mut malformed = 0u64;
-                    debug_assert!(burst.len() <= bs, "rx_burst returns at most bs");
-                    if let Some(e) = slot.egress {
-                        // One TX queue for the whole burst (the port has one, or this worker
-                        // sends on its own): nothing to sort, so the burst is offered as it
-                        // came and each packet is parsed only if the queue needs its meta (a
-                        // burst that bypasses an empty FIFO never is: Linux's
-                        // TCQ_F_CAN_BYPASS). MALFORMED counts the frames that were parsed.
-                        let mut classify = |pkt: &P, meta: &mut PacketMeta| {
-                            malformed += u64::from(classify_into(pkt, meta));
-                        };
-                        let offered = offer_to(
-                            self.shapers[e].as_ref(),
-                            now,
-                            &mut burst,
-                            &mut bmetas[e],
-                            &mut classify,
-                            self.owned[e].map(|i| &mut self.tx[i]),
-                            &self.handoff[e],
-                            &mut scratch,
-                        );
-                        bytes += offered.bytes;
-                        count_offer(&mut local, lp, e, offered);
-                    } else {
-                        // The TX queue comes from the flow hash, so every packet is parsed:
-                        // the whole burst first, each meta written in place, then sorted by
-                        // queue (a meta copied right after parsing waits on its stores; see
-                        // `wire::parse_into`).
-                        for (pkt, meta) in burst.iter().zip(metas.iter_mut()) {
-                            malformed += u64::from(classify_into(pkt, meta));
-                        }
-                        // The queue's software hash stays in the meta for CAKE to reuse.
-                        for (pkt, meta) in burst.drain(..).zip(metas.iter_mut()) {
-                            let e = base + crate::classify::assign_tx_queue(meta, nq);
-                            bmetas[e][bpkts[e].len()] = *meta;
-                            bpkts[e].push(pkt);
-                        }
-                        // One offer per TX queue per burst (per-flow order is kept: a flow
-                        // maps to one queue).
-                        for e in base..base + nq {
-                            if bpkts[e].is_empty() {
-                                continue;
-                            }
-                            let offered = offer_to(
-                                self.shapers[e].as_ref(),
-                                now,
-                                &mut bpkts[e],
-                                &mut bmetas[e],
-                                &mut |_, _| {},
-                                self.owned[e].map(|i| &mut self.tx[i]),
-                                &self.handoff[e],
-                                &mut scratch,
-                            );
-                            bytes += offered.bytes;
-                            count_offer(&mut local, lp, e, offered);
-                        }
-                    }
-                    local[lp.port(slot.port, port::RX_PACKETS)] += n as u64;
-                    local[lp.port(slot.port, port::RX_BYTES)] += bytes;
-                    local[lp.port(slot.port, port::MALFORMED)] += malformed;
-                }
+                work += self.receive(now, &mut b, &mut local, &mut unfinished, &shared);
             }
-            for slot in self.tx.iter_mut() {
-                let e = slot.egress;
-                let handoff = &self.handoff[e];
-                let room = bs.saturating_sub(slot.pending.len());
-                let mut tx_pkts = 0u64;
-                let mut tx_bytes = 0u64;
-                let mut tx_refused = 0u64;
-                // A queue with nothing to drain, dequeue, apply or sync is not run at all (its
-                // lock round trip and publish would cost more than a bypassed burst). One
-                // waiting for its next send time is left alone until then, unless something
-                // cannot wait: packets in its intake (at a low rate the wait is seconds, and
-                // they would fill the intake and be dropped there, not by CAKE), a change, or
-                // a rate change or sync that the qdisc meets by rescaling the wait.
-                let due = now >= slot.due_ns || self.shapers[e].run_urgent(now);
-                if room > 0 && due && self.shapers[e].run_wanted(now) {
-                    // `out[kept..]` is what the run added since the last transmit (a run may
-                    // transmit more than once, and each transmit may leave some behind).
-                    let mut kept = slot.pending.len();
-                    let port_tx = &mut slot.tx;
-                    let pending_bytes = &mut slot.pending_bytes;
-                    let r = self.shapers[e].run(now, room, &mut slot.pending, &mut |out| {
-                        let fresh = kept.min(out.len());
-                        // Packets other workers bypassed went out of the queue before
-                        // anything dequeued now: put them in front of it.
-                        if !handoff.is_empty() {
-                            scratch.extend(out.drain(fresh..));
-                            while let Some(p) = handoff.pop() {
-                                out.push(p);
-                            }
-                            out.append(&mut scratch);
-                        }
-                        *pending_bytes += out[fresh..].iter().map(|p| p.len() as u64).sum::<u64>();
-                        let (n, b, r) = transmit(port_tx.as_mut(), out, pending_bytes);
-                        tx_pkts += n;
-                        tx_bytes += b;
-                        tx_refused += r;
-                        kept = out.len();
-                    });
-                    if let RunResult::Ran { sent, next } = r {
-                        local[lp.egress(e, egress::DEQUEUED)] += sent as u64;
-                        slot.due_ns = 0;
-                        match next {
-                            NextRun::Idle => {}
-                            NextRun::Now => wake_at = now,
-                            NextRun::At(t) => {
-                                wake_at = wake_at.min(t);
-                                slot.due_ns = t;
-                            }
-                        }
-                    }
-                }
-                // `is_empty` first: a pop that finds the ring empty costs a full fence.
-                while slot.pending.len() < bs * 2 && !handoff.is_empty() {
-                    let Some(p) = handoff.pop() else { break };
-                    slot.pending_bytes += p.len() as u64;
-                    slot.pending.push(p);
-                }
-                if !slot.pending.is_empty() {
-                    let (n, b, r) =
-                        transmit(slot.tx.as_mut(), &mut slot.pending, &mut slot.pending_bytes);
-                    tx_pkts += n;
-                    tx_bytes += b;
-                    tx_refused += r;
-                }
-                if tx_pkts + tx_refused > 0 {
-                    local[lp.egress(e, egress::TX_PACKETS)] += tx_pkts;
-                    local[lp.egress(e, egress::TX_BYTES)] += tx_bytes;
-                    local[lp.egress(e, egress::DROPS + DropReason::TxRefused.index())] +=
-                        tx_refused;
-                    work += (tx_pkts + tx_refused) as usize;
-                }
-                local[lp.egress(e, egress::PENDING)] = slot.pending.len() as u64;
-            }
+            work += self.run_and_transmit(now, &mut b, &mut local, &mut wake_at);
             if work > 0 {
                 // Published every few busy iterations and on the first idle one: readers
                 // (stats, the final report after the last, idle, iterations) see them at
@@ -922,6 +778,204 @@ impl<P: PortBuf> Worker<P> {
         counters.publish(&local);
         heartbeat.store(WORKER_DONE, Relaxed);
         // Anything still in a transmit burst was reported as pending and is freed here.
+    }
+
+    /// The receive phase of one loop iteration: a burst from each receive queue this worker
+    /// polls, classified and offered to its TX queues (sorted by flow hash when its port has
+    /// several). Returns the packets received.
+    #[inline(always)]
+    fn receive(
+        &mut self,
+        now: u64,
+        b: &mut Buffers<P>,
+        local: &mut [u64],
+        unfinished: &mut usize,
+        shared: &EngineShared,
+    ) -> usize {
+        let bs = self.burst;
+        let nq = self.layout.queues;
+        let lp = self.layout;
+        let mut work = 0usize;
+        for slot in self.rx.iter_mut() {
+            let base = slot.out * nq;
+            if slot
+                .egress
+                .is_some_and(|e| self.owned[e].is_none() && self.shapers[e].peer_offer_would_drop())
+            {
+                // Another worker runs this egress and its intake is full: the whole
+                // burst would be dropped on arrival. Leave it in the receive ring,
+                // where an overload is dropped for free, and spend the time on this
+                // worker's own queues (receive livelock otherwise: measured on DPDK
+                // null devices, two workers each receiving for the other's queue
+                // shaped 1 Gbit/s to a quarter of it).
+                continue;
+            }
+            let n = slot.rx.rx_burst(&mut b.burst, bs);
+            if n == 0 {
+                if !slot.finished && slot.rx.is_finished() {
+                    slot.finished = true;
+                    *unfinished -= 1;
+                    if *unfinished == 0 {
+                        shared.rx_done[self.id].store(true, Relaxed);
+                    }
+                }
+                continue;
+            }
+            work += n;
+            // Received bytes: the queues sum them as they take the packets.
+            let mut bytes = 0u64;
+            let mut malformed = 0u64;
+            debug_assert!(b.burst.len() <= bs, "rx_burst returns at most bs");
+            if let Some(e) = slot.egress {
+                // One TX queue for the whole burst (the port has one, or this worker
+                // sends on its own): nothing to sort, so the burst is offered as it
+                // came and each packet is parsed only if the queue needs its meta (a
+                // burst that bypasses an empty FIFO never is: Linux's
+                // TCQ_F_CAN_BYPASS). MALFORMED counts the frames that were parsed.
+                let mut classify = |pkt: &P, meta: &mut PacketMeta| {
+                    malformed += u64::from(classify_into(pkt, meta));
+                };
+                let offered = offer_to(
+                    self.shapers[e].as_ref(),
+                    now,
+                    &mut b.burst,
+                    &mut b.bmetas[e],
+                    &mut classify,
+                    self.owned[e].map(|i| &mut self.tx[i]),
+                    &self.handoff[e],
+                    &mut b.scratch,
+                );
+                bytes += offered.bytes;
+                count_offer(local, lp, e, offered);
+            } else {
+                // The TX queue comes from the flow hash, so every packet is parsed:
+                // the whole burst first, each meta written in place, then sorted by
+                // queue (a meta copied right after parsing waits on its stores; see
+                // `wire::parse_into`).
+                for (pkt, meta) in b.burst.iter().zip(b.metas.iter_mut()) {
+                    malformed += u64::from(classify_into(pkt, meta));
+                }
+                // The queue's software hash stays in the meta for CAKE to reuse.
+                for (pkt, meta) in b.burst.drain(..).zip(b.metas.iter_mut()) {
+                    let e = base + crate::classify::assign_tx_queue(meta, nq);
+                    b.bmetas[e][b.bpkts[e].len()] = *meta;
+                    b.bpkts[e].push(pkt);
+                }
+                // One offer per TX queue per burst (per-flow order is kept: a flow
+                // maps to one queue).
+                for e in base..base + nq {
+                    if b.bpkts[e].is_empty() {
+                        continue;
+                    }
+                    let offered = offer_to(
+                        self.shapers[e].as_ref(),
+                        now,
+                        &mut b.bpkts[e],
+                        &mut b.bmetas[e],
+                        &mut |_, _| {},
+                        self.owned[e].map(|i| &mut self.tx[i]),
+                        &self.handoff[e],
+                        &mut b.scratch,
+                    );
+                    bytes += offered.bytes;
+                    count_offer(local, lp, e, offered);
+                }
+            }
+            local[lp.port(slot.port, port::RX_PACKETS)] += n as u64;
+            local[lp.port(slot.port, port::RX_BYTES)] += bytes;
+            local[lp.port(slot.port, port::MALFORMED)] += malformed;
+        }
+        work
+    }
+
+    /// The transmit phase of one loop iteration: each TX queue this worker runs is run when
+    /// it has work (its dequeued packets transmitted under its lock, behind what other
+    /// workers handed over), then whatever waits for the port is sent. Lowers `wake_at` to
+    /// the soonest time a shaper releases a held packet. Returns the packets sent or refused.
+    #[inline(always)]
+    fn run_and_transmit(
+        &mut self,
+        now: u64,
+        b: &mut Buffers<P>,
+        local: &mut [u64],
+        wake_at: &mut u64,
+    ) -> usize {
+        let bs = self.burst;
+        let lp = self.layout;
+        let mut work = 0usize;
+        for slot in self.tx.iter_mut() {
+            let e = slot.egress;
+            let handoff = &self.handoff[e];
+            let room = bs.saturating_sub(slot.pending.len());
+            let mut tx_pkts = 0u64;
+            let mut tx_bytes = 0u64;
+            let mut tx_refused = 0u64;
+            // A queue with nothing to drain, dequeue, apply or sync is not run at all (its
+            // lock round trip and publish would cost more than a bypassed burst). One
+            // waiting for its next send time is left alone until then, unless something
+            // cannot wait: packets in its intake (at a low rate the wait is seconds, and
+            // they would fill the intake and be dropped there, not by CAKE), a change, or
+            // a rate change or sync that the qdisc meets by rescaling the wait.
+            let due = now >= slot.due_ns || self.shapers[e].run_urgent(now);
+            if room > 0 && due && self.shapers[e].run_wanted(now) {
+                // `out[kept..]` is what the run added since the last transmit (a run may
+                // transmit more than once, and each transmit may leave some behind).
+                let mut kept = slot.pending.len();
+                let port_tx = &mut slot.tx;
+                let pending_bytes = &mut slot.pending_bytes;
+                let r = self.shapers[e].run(now, room, &mut slot.pending, &mut |out| {
+                    let fresh = kept.min(out.len());
+                    // Packets other workers bypassed went out of the queue before
+                    // anything dequeued now: put them in front of it.
+                    if !handoff.is_empty() {
+                        b.scratch.extend(out.drain(fresh..));
+                        while let Some(p) = handoff.pop() {
+                            out.push(p);
+                        }
+                        out.append(&mut b.scratch);
+                    }
+                    *pending_bytes += out[fresh..].iter().map(|p| p.len() as u64).sum::<u64>();
+                    let (n, b, r) = transmit(port_tx.as_mut(), out, pending_bytes);
+                    tx_pkts += n;
+                    tx_bytes += b;
+                    tx_refused += r;
+                    kept = out.len();
+                });
+                if let RunResult::Ran { sent, next } = r {
+                    local[lp.egress(e, egress::DEQUEUED)] += sent as u64;
+                    slot.due_ns = 0;
+                    match next {
+                        NextRun::Idle => {}
+                        NextRun::Now => *wake_at = now,
+                        NextRun::At(t) => {
+                            *wake_at = (*wake_at).min(t);
+                            slot.due_ns = t;
+                        }
+                    }
+                }
+            }
+            // `is_empty` first: a pop that finds the ring empty costs a full fence.
+            while slot.pending.len() < bs * 2 && !handoff.is_empty() {
+                let Some(p) = handoff.pop() else { break };
+                slot.pending_bytes += p.len() as u64;
+                slot.pending.push(p);
+            }
+            if !slot.pending.is_empty() {
+                let (n, b, r) =
+                    transmit(slot.tx.as_mut(), &mut slot.pending, &mut slot.pending_bytes);
+                tx_pkts += n;
+                tx_bytes += b;
+                tx_refused += r;
+            }
+            if tx_pkts + tx_refused > 0 {
+                local[lp.egress(e, egress::TX_PACKETS)] += tx_pkts;
+                local[lp.egress(e, egress::TX_BYTES)] += tx_bytes;
+                local[lp.egress(e, egress::DROPS + DropReason::TxRefused.index())] += tx_refused;
+                work += (tx_pkts + tx_refused) as usize;
+            }
+            local[lp.egress(e, egress::PENDING)] = slot.pending.len() as u64;
+        }
+        work
     }
 }
 

@@ -8,7 +8,6 @@
 //!   new mode no longer has when the change comes;
 //! - the control socket is its owner's alone: mode 0600, and another user is refused.
 //!
-//! The two diffserv tests are ignored while that promise is broken (see their reason).
 //! Each run is bounded by a packet count and a deadline; the generator's packets are
 //! ECN-capable, so CAKE's AQM marks instead of dropping and any drop is a lost packet.
 
@@ -243,7 +242,6 @@ fn config(diffserv: &str) -> String {
 }
 
 #[test]
-#[ignore = "broken promise: a live change to fewer tins still drops what waits in the tins that go (about 400 of 1500 here); run with --include-ignored, and drop this line once the queued packets are moved instead"]
 fn a_diffserv_change_over_the_control_socket_keeps_every_queued_packet() {
     diffserv_change_while_queued(&config("diffserv4"), |fwd, _| {
         fwd.ctl("set diffserv besteffort");
@@ -251,7 +249,6 @@ fn a_diffserv_change_over_the_control_socket_keeps_every_queued_packet() {
 }
 
 #[test]
-#[ignore = "broken promise: a live change to fewer tins still drops what waits in the tins that go (about 400 of 1500 here); run with --include-ignored, and drop this line once the queued packets are moved instead"]
 fn a_diffserv_change_by_sighup_keeps_every_queued_packet() {
     diffserv_change_while_queued(&config("diffserv4"), |fwd, conf| {
         std::fs::write(conf, config("besteffort")).unwrap();

@@ -616,7 +616,7 @@ fn overhead_keys(v: &toml::Value, keys: &mut CakeOptions) -> Result<(), ConfigEr
 
 impl ShaperConfig {
     /// Renders the effective section (every key, defaults included) as TOML that
-    /// [`Config::from_toml_str`] reads back to the same values.
+    /// [`Config::from_toml_str`](super::Config::from_toml_str) reads back to the same values.
     pub fn to_toml(&self) -> String {
         let mut out = cake_toml(&self.cake, "shaper");
         match self.seed {

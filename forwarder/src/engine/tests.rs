@@ -2,10 +2,17 @@
 //! and several workers and receive queues, TX queue selection and ownership, core pinning,
 //! the drain at stop and the conservation of every packet.
 
+use std::time::Duration;
+
+use qdisc::mq::Offerer;
+use qdisc::{DropReason, PacketMeta};
+
+use super::worker::*;
 use super::*;
 use crate::app::{build_queues, QueueChoice};
 use crate::counters::synth::SynthStats;
 use crate::counters::TinSnapshot;
+use crate::counters::{egress, port};
 use crate::port::pool::{Pool, PoolBuf};
 use crate::port::synth::{PacketSize, SynthConfig, SynthPlan, SynthRx, SynthTx};
 use crate::stats::{QueueView, Reporter, Sources};

@@ -70,7 +70,7 @@ impl<P: Packet> Cake<P> {
     /// Unlike [`Qdisc::set_rate`](crate::Qdisc::set_rate) this recomputes everything: tin tables, COBALT
     /// parameters, memory limit, overhead. Nothing queued is dropped: the flows of tins at
     /// or above the new tin count move, packets, order and enqueue times kept, to the tin
-    /// their traffic maps to now ([`Cake::move_vanished_tin`]); the cursors are kept when
+    /// their traffic maps to now (`Cake::move_vanished_tin`); the cursors are kept when
     /// still valid.
     ///
     /// # Errors

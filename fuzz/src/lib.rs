@@ -158,6 +158,92 @@ pub fn differential(data: &[u8]) {
     }
 }
 
+/// `circuits_import`: the first byte picks the format (ShapedDevices.csv, network.json, the
+/// TOML form, or a CSV and a network file split at the first NUL), the rest is the file. Any
+/// text is refused with problems or loads, never panics; a set that loads builds its prefix
+/// table, and the first address of every device prefix is found in its own circuit (validation
+/// refused every overlap between circuits).
+pub fn circuits_import(data: &[u8]) {
+    use circuits::Format;
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(rest);
+    let files: Vec<(Format, &str, &str)> = match which % 4 {
+        0 => vec![(Format::ShapedDevices, "ShapedDevices.csv", &text)],
+        1 => vec![(Format::NetworkJson, "network.json", &text)],
+        2 => vec![(Format::Native, "circuits.toml", &text)],
+        _ => {
+            let (csv, json) = text.split_once('\0').unwrap_or((&text, "{}"));
+            vec![
+                (Format::NetworkJson, "network.json", json),
+                (Format::ShapedDevices, "ShapedDevices.csv", csv),
+            ]
+        }
+    };
+    let Ok((set, _warnings)) = circuits::load(files) else {
+        return;
+    };
+    let _ = circuits::summary::Summary::of(&set).to_string();
+    let table = circuits::prefix_table(&set).expect("a loaded set builds its table");
+    for (p, circuit, _) in set.prefixes() {
+        assert_eq!(
+            table.lookup(p.addr()),
+            Some(circuit as u32),
+            "{p} must answer with its own circuit"
+        );
+    }
+}
+
+/// `lpm_build`: prefixes from the fuzzer's bytes (family, bits, length, answer; 19 bytes
+/// each, up to 256), then probe addresses: the table answers every probe, and the first and
+/// last address of every prefix, exactly as a linear scan does.
+pub fn lpm_build(data: &[u8]) {
+    use circuits::lpm::{linear_scan, Lpm};
+    use circuits::prefix::mask;
+    use circuits::{Family, Prefix};
+    let mut b = Bytes(data);
+    let count = usize::from(b.u8());
+    let mut prefixes = Vec::with_capacity(count);
+    for _ in 0..count {
+        let family = if b.bool() { Family::V6 } else { Family::V4 };
+        let hi = b.u64();
+        let lo = b.u64();
+        let len = b.u8() % (family.bits() + 1);
+        // Few distinct top bits, so prefixes nest and share nodes.
+        let bits = match family {
+            Family::V4 => (u128::from(hi as u32) << 96) & mask(32),
+            Family::V6 => (u128::from(hi) << 64) | u128::from(lo),
+        };
+        let bits = (bits & !mask(4)) & mask(len);
+        prefixes.push((Prefix { family, bits, len }, u32::from(b.u16())));
+    }
+    let table = Lpm::build(prefixes.iter().copied()).expect("16-bit answers always fit");
+    let mut probes: Vec<std::net::IpAddr> = Vec::new();
+    for (p, _) in &prefixes {
+        let last = Prefix {
+            bits: p.bits | (!mask(p.len) & mask(p.family.bits())),
+            len: p.family.bits(),
+            family: p.family,
+        };
+        probes.push(p.addr());
+        probes.push(last.addr());
+    }
+    while !b.is_empty() {
+        let v6 = b.bool();
+        let hi = b.u64();
+        let lo = b.u64();
+        probes.push(if v6 {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::from((u128::from(hi) << 64) | u128::from(lo)))
+        } else {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::from(hi as u32))
+        });
+    }
+    for a in probes {
+        assert_eq!(table.lookup(a), linear_scan(&prefixes, a), "address {a}");
+    }
+}
+
 /// `config_parse`: any text is either refused with an error or loads; a loaded config's
 /// effective `[shaper]` section loads back to the same CAKE configuration.
 pub fn config_parse(data: &[u8]) {
@@ -783,6 +869,16 @@ mod tests {
             n += 1;
         }
         assert!(n > 0, "corpus/{target} is empty");
+    }
+
+    #[test]
+    fn circuits_import_corpus_replays_cleanly() {
+        replay("circuits_import", super::circuits_import);
+    }
+
+    #[test]
+    fn lpm_build_corpus_replays_cleanly() {
+        replay("lpm_build", super::lpm_build);
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! The `cakewalk` command line (clap derive): `run`, `check-config`, `explain`, `from-tc` and
-//! `ctl`. Each subcommand turns its flags into library calls; this file and `main.rs` are the
-//! only places that use `anyhow` and print.
+//! The `cakewalk` command line (clap derive): `run`, `check-config`, `check-circuits`,
+//! `explain`, `from-tc` and `ctl`. Each subcommand turns its flags into library calls; this
+//! file and `main.rs` are the only places that use `anyhow` and print.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +30,11 @@ pub enum Command {
     CheckConfig(CheckArgs),
     /// Show how one packet would be classified: TX queue, tin, flow.
     Explain(ExplainArgs),
+    /// Read subscriber circuit files (LibreQoS ShapedDevices.csv and network.json, or
+    /// cakewalk's TOML form), report every problem with its file and line, and summarise the
+    /// circuits, devices, prefixes and nodes, with the plans under each node against its cap
+    /// (exit 1 on an error). Checks the files only: per-circuit shaping is not wired yet.
+    CheckCircuits(CheckCircuitsArgs),
     /// Convert a tc cake command or option string to a `[shaper]` TOML section.
     FromTc(FromTcArgs),
     /// Talk to a running forwarder over its control socket.
@@ -379,6 +384,14 @@ pub struct CheckArgs {
     pub overrides: OverrideArgs,
 }
 
+/// `cakewalk check-circuits`.
+#[derive(Debug, Args)]
+pub struct CheckCircuitsArgs {
+    /// The files: `*.csv` (ShapedDevices), `*.json` (network.json), `*.toml` (cakewalk's form).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
 /// `cakewalk explain`.
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
@@ -536,6 +549,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain(args) => explain_cmd(args),
+        Command::CheckCircuits(args) => check_circuits_cmd(&args),
         Command::FromTc(args) => {
             let input = args.words.join(" ");
             if input.trim() == "help" {
@@ -562,6 +576,48 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Ctl(args) => ctl_cmd(args),
         Command::Preflight(args) => preflight_cmd(args),
+    }
+}
+
+/// `check-circuits`: loads the files as the forwarder will, prints warnings and the summary,
+/// or every problem and exit 1.
+fn check_circuits_cmd(args: &CheckCircuitsArgs) -> anyhow::Result<ExitCode> {
+    let mut texts = Vec::new();
+    for path in &args.files {
+        let name = path.display().to_string();
+        let format = circuits::Format::from_name(&name).with_context(|| {
+            format!("{name}: name a .csv (ShapedDevices), .json (network.json) or .toml file")
+        })?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {name}"))?;
+        texts.push((format, name, text));
+    }
+    let loaded = circuits::load(
+        texts
+            .iter()
+            .map(|(f, name, text)| (*f, name.as_str(), text.as_str())),
+    );
+    match loaded {
+        Ok((set, warnings)) => {
+            for w in &warnings {
+                crate::log_line!("{w}");
+            }
+            let mut summary = circuits::summary::Summary::of(&set);
+            let table = circuits::prefix_table(&set).context("building the prefix table")?;
+            summary.table_bytes = Some(table.memory_bytes());
+            out(&format!("circuit files are valid\n{summary}"))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(circuits::Refused(problems)) => {
+            for p in &problems {
+                crate::log_line!("{p}");
+            }
+            let errors = problems
+                .iter()
+                .filter(|p| p.severity == circuits::Severity::Error)
+                .count();
+            crate::log_line!("error: {errors} problem(s) in the circuit files; nothing loaded");
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 

@@ -1,0 +1,113 @@
+//! `cakewalk check-circuits` run as an operator would: LibreQoS's files and the TOML form,
+//! a clean set with its summary, and broken files whose every problem is named by file and
+//! line with exit status 1.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn cakewalk(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cakewalk"))
+        .args(args)
+        .output()
+        .expect("the cakewalk binary runs")
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("temp file is writable");
+    p.display().to_string()
+}
+
+const HEADER: &str = "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment,sqm\n";
+
+const NETWORK: &str = r#"{
+  "Site_1": {
+    "downloadBandwidthMbps": 1000,
+    "uploadBandwidthMbps": 500,
+    "children": {
+      "AP_A": { "downloadBandwidthMbps": 100, "uploadBandwidthMbps": 50 }
+    }
+  }
+}
+"#;
+
+#[test]
+fn libreqos_files_are_summarised_per_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write(
+        dir.path(),
+        "ShapedDevices.csv",
+        &format!(
+            "{HEADER}1,One,1,cpe,AP_A,,\"100.64.0.1, 100.64.0.8/29\",2001:db8::/56,10,2,80,20,,cake diffserv4\n\
+             1,One,2,router,AP_A,02:00:00:00:00:02,100.64.0.2,,10,2,80,20,,cake diffserv4\n\
+             2,Two,3,cpe,Site_1,,100.64.0.3,,,,50,10,,none\n"
+        ),
+    );
+    let net = write(dir.path(), "network.json", NETWORK);
+    let o = cakewalk(&["check-circuits", &net, &csv]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for line in [
+        "circuit files are valid",
+        "circuits: 2  devices: 3  prefixes: 4 IPv4, 1 IPv6  nodes: 2",
+        "plans: download 130 Mbit/s, upload 30 Mbit/s in total",
+        "  Site_1: 2 circuits; download 130 Mbit/s of 1 Gbit/s (0.1x); upload 30 Mbit/s of 500 Mbit/s (0.1x)",
+        "    AP_A: 1 circuits; download 80 Mbit/s of 100 Mbit/s (0.8x); upload 20 Mbit/s of 50 Mbit/s (0.4x)",
+        "prefix table: ",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn every_problem_is_named_by_file_and_line_and_nothing_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write(
+        dir.path(),
+        "ShapedDevices.csv",
+        &format!(
+            "{HEADER}1,One,1,cpe,AP_A,,100.64.0.0/29,,,,80,20,,\n\
+             2,Two,2,cpe,AP_Z,,100.64.0.3,,90,,80,20,,\n\
+             3,Three,3,cpe,,,,,,,80,20,,\n\
+             4,Four,4,cpe,,,100.64.0.300,,,,80,20,,\n"
+        ),
+    );
+    let net = write(dir.path(), "network.json", NETWORK);
+    let o = cakewalk(&["check-circuits", &csv, &net]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for want in [
+        "ShapedDevices.csv:5: error: IPv4: `100.64.0.300` is not an IPv4 or IPv6 address",
+        "ShapedDevices.csv:3: error: circuit `2`: download min 90 Mbit/s is above its max 80 Mbit/s",
+        "ShapedDevices.csv:3: error: circuit `2`: parent node `AP_Z` is not in the network file",
+        "ShapedDevices.csv:4: error: circuit `3` has no address",
+        "ShapedDevices.csv:3: error: 100.64.0.3/32 of circuit `2` lies inside 100.64.0.0/29 of circuit `1`",
+        "problem(s) in the circuit files; nothing loaded",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn the_toml_form_loads_and_unknown_file_kinds_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = write(
+        dir.path(),
+        "circuits.toml",
+        "[[circuit]]\nid = \"alice\"\ndownload_mbps = 100\nupload_mbps = 20\naddresses = [\"192.0.2.1\", \"2001:db8:1::/56\"]\n",
+    );
+    let o = cakewalk(&["check-circuits", &toml]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout)
+        .contains("circuits: 1  devices: 1  prefixes: 1 IPv4, 1 IPv6  nodes: 0"));
+    let other = write(dir.path(), "circuits.txt", "");
+    let o = cakewalk(&["check-circuits", &other]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("name a .csv (ShapedDevices), .json (network.json) or .toml file"));
+}

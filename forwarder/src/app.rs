@@ -9,7 +9,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -70,20 +70,66 @@ struct MqSlot<P: PortBuf, Q: MqQdisc<P>> {
     /// The tins as last read: a queue its runner holds on every try keeps its last figures
     /// in reports instead of dropping out of them (a scraper would see its series vanish).
     last_tins: Mutex<Vec<TinSnapshot>>,
+    /// Set by a report that wants the tins: the worker that runs the queue reads them after
+    /// its next run, so that a report never holds the queue while a worker offers to it (a
+    /// burst arriving then is queued instead of bypassed, and a queue offered more than
+    /// CAKE's own path carries never gets back to the bypass: measured on DPDK vdevs, 4
+    /// instead of 12-16 Mpps).
+    tins_wanted: AtomicBool,
+    /// Counts the reads the worker made for a report.
+    tins_read: AtomicU64,
+    /// The worker did not answer the last request (stopped or stuck): read directly.
+    runner_silent: AtomicBool,
 }
 
-impl<P: PortBuf, Q: MqQdisc<P>> MqSlot<P, Q> {
+impl<P: PortBuf, Q: MqQdisc<P> + TinReport> MqSlot<P, Q> {
     fn new(mq: Arc<MultiQueue<P, Q>>, i: usize) -> MqSlot<P, Q> {
         MqSlot {
             mq,
             i,
             last_tins: Mutex::new(Vec::new()),
+            tins_wanted: AtomicBool::new(false),
+            tins_read: AtomicU64::new(0),
+            runner_silent: AtomicBool::new(false),
         }
+    }
+
+    /// Reads the tins when the queue is free; true when it was.
+    fn read_tins(&self) -> bool {
+        match self.mq.queue(self.i).try_with_qdisc(|q| q.tin_snapshots()) {
+            Some(tins) => {
+                *self.last_tins.lock().unwrap_or_else(|e| e.into_inner()) = tins;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn last_tins(&self) -> Vec<TinSnapshot> {
+        self.last_tins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Reads the tins from this thread (retrying a busy queue), else the last figures.
+    fn tins_direct(&self) -> Vec<TinSnapshot> {
+        for _ in 0..TIN_READ_TRIES {
+            if self.read_tins() {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        self.last_tins()
     }
 }
 
 /// Tries at reading a busy queue's tins before a report falls back to the last figures.
 const TIN_READ_TRIES: usize = 200;
+
+/// How long a report waits for the queue's worker to read the tins before it reads them
+/// itself (a worker answers within one loop iteration).
+const TIN_READ_WAIT: Duration = Duration::from_millis(20);
 
 impl<P: PortBuf, Q: MqQdisc<P> + TinReport> Shaper<P> for MqSlot<P, Q>
 where
@@ -126,11 +172,16 @@ where
         out: &mut Vec<P>,
         transmit: &mut dyn FnMut(&mut Vec<P>),
     ) -> qdisc::mq::RunResult {
-        self.mq.queue(self.i).run(now_ns, budget, out, transmit)
+        let r = self.mq.queue(self.i).run(now_ns, budget, out, transmit);
+        if self.tins_wanted.load(Ordering::Relaxed) && self.read_tins() {
+            self.tins_wanted.store(false, Ordering::Relaxed);
+            self.tins_read.fetch_add(1, Ordering::Release);
+        }
+        r
     }
     #[inline]
     fn run_wanted(&self, now_ns: u64) -> bool {
-        self.mq.queue(self.i).run_wanted(now_ns)
+        self.mq.queue(self.i).run_wanted(now_ns) || self.tins_wanted.load(Ordering::Relaxed)
     }
     #[inline]
     fn run_urgent(&self, now_ns: u64) -> bool {
@@ -149,16 +200,28 @@ where
         self.mq.rate()
     }
     fn tins(&self) -> Vec<TinSnapshot> {
-        let queue = self.mq.queue(self.i);
-        let mut last = self.last_tins.lock().unwrap_or_else(|e| e.into_inner());
-        for _ in 0..TIN_READ_TRIES {
-            if let Some(tins) = queue.try_with_qdisc(|q| q.tin_snapshots()) {
-                last.clone_from(&tins);
-                return tins;
+        if !self.runner_silent.load(Ordering::Relaxed) {
+            let before = self.tins_read.load(Ordering::Acquire);
+            self.tins_wanted.store(true, Ordering::Relaxed);
+            let deadline = Instant::now() + TIN_READ_WAIT;
+            while Instant::now() < deadline {
+                if self.tins_read.load(Ordering::Acquire) != before {
+                    return self.last_tins();
+                }
+                std::thread::sleep(Duration::from_micros(200));
             }
-            std::thread::yield_now();
+            // No worker runs it (stopped, stuck, or never scheduled): from now on read it
+            // directly, until a worker answers a request again.
+            self.runner_silent.store(true, Ordering::Relaxed);
+        } else if self.tins_read.load(Ordering::Acquire) > 0
+            && !self.tins_wanted.load(Ordering::Relaxed)
+        {
+            self.runner_silent.store(false, Ordering::Relaxed);
         }
-        last.clone()
+        self.tins_direct()
+    }
+    fn tins_now(&self) -> Vec<TinSnapshot> {
+        self.tins_direct()
     }
 }
 
@@ -198,6 +261,9 @@ impl<P: PortBuf> QueueView for ShaperView<P> {
     }
     fn tins(&self) -> Vec<TinSnapshot> {
         self.0.tins()
+    }
+    fn tins_now(&self) -> Vec<TinSnapshot> {
+        self.0.tins_now()
     }
     fn rate(&self) -> Rate {
         self.0.rate()

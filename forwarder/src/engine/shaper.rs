@@ -127,6 +127,12 @@ pub trait Shaper<P>: Send + Sync {
     fn tins(&self) -> Vec<TinSnapshot> {
         Vec::new()
     }
+
+    /// [`Shaper::tins`] read by the caller itself, for when no worker runs the queue any more
+    /// (the final report).
+    fn tins_now(&self) -> Vec<TinSnapshot> {
+        self.tins()
+    }
 }
 
 impl<P, Q> Shaper<P> for TxQueue<P, Q>

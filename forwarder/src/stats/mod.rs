@@ -65,6 +65,11 @@ pub trait QueueView: Send + Sync {
     fn backlog(&self) -> u64;
     /// Per-tin figures (may be empty).
     fn tins(&self) -> Vec<TinSnapshot>;
+    /// Per-tin figures read by the caller itself, once no worker runs the queue (the final
+    /// report).
+    fn tins_now(&self) -> Vec<TinSnapshot> {
+        self.tins()
+    }
     /// The configured global rate.
     fn rate(&self) -> Rate;
 }
@@ -380,7 +385,7 @@ impl Reporter {
                 drops,
                 queued,
                 rate_bps: q.rate().bits_per_sec(),
-                tins: q.tins(),
+                tins: if final_report { q.tins_now() } else { q.tins() },
             });
         }
         let synth = s

@@ -128,8 +128,9 @@ impl<P: PortBuf, Q: MqQdisc<P> + TinReport> MqSlot<P, Q> {
 const TIN_READ_TRIES: usize = 200;
 
 /// How long a report waits for the queue's worker to read the tins before it reads them
-/// itself (a worker answers within one loop iteration).
-const TIN_READ_WAIT: Duration = Duration::from_millis(20);
+/// itself. A worker answers within one loop iteration unless the OS took its CPU away (on a
+/// shared machine, tens of milliseconds).
+const TIN_READ_WAIT: Duration = Duration::from_millis(100);
 
 impl<P: PortBuf, Q: MqQdisc<P> + TinReport> Shaper<P> for MqSlot<P, Q>
 where

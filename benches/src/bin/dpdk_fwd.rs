@@ -750,7 +750,15 @@ mod imp {
         Ok(out)
     }
 
-    fn bench(args: &Args, pcap: &std::path::Path, machine: &Machine) -> anyhow::Result<()> {
+    /// The EAL's arguments: the bench's core, no PCI probe, and the null/pcap vdev pairs every
+    /// row needs (the inline rows', one per extra scaling thread, one per engine row and rep,
+    /// and the two-worker rows' when `two_workers`).
+    fn eal_args(
+        args: &Args,
+        pcap: &std::path::Path,
+        max_threads: usize,
+        two_workers: bool,
+    ) -> Vec<String> {
         let mut eal_args = vec![
             "-l".to_string(),
             args.core.to_string(),
@@ -761,7 +769,6 @@ mod imp {
             "--vdev=net_null0".into(),
         ];
         // Threads 2.. of the scaling table each get their own pair (thread 1 uses pair 0).
-        let max_threads = machine.threads.iter().copied().max().unwrap_or(1);
         for k in 1..max_threads {
             eal_args.push(format!(
                 "--vdev=net_pcap_t{k},rx_pcap={},infinite_rx=1",
@@ -779,7 +786,6 @@ mod imp {
         }
         // The two-worker engine rows: two receive queues (each replays the file) and two TX
         // queues per device, a fresh pair per row and rep.
-        let two_workers = machine.cores.len() >= 2;
         if two_workers {
             for i in 0..TX_SELECT_ROWS.len() * args.reps {
                 eal_args.push(format!(
@@ -794,6 +800,61 @@ mod imp {
         } else {
             eal_args.push("--in-memory".into());
         }
+        eal_args
+    }
+
+    /// The rate of the shaped row: 90 % of what shaped CAKE can carry here, in bits of frame
+    /// length (CAKE's raw mode), so that row measures the shaper rather than a CPU that cannot
+    /// keep up. Returns that rate and the packet rate it stands for.
+    fn calibrate(ports: &mut Ports, args: &Args) -> anyhow::Result<(Rate, f64)> {
+        // Calibration: the shaped row asks for 90 % of what shaped CAKE can carry here, in
+        // bits of frame length (CAKE's raw mode), so that row measures the shaper rather than
+        // a CPU that cannot keep up. Shaped CAKE costs more per packet than unshaped CAKE
+        // (a standing queue: bulk flows, refill visits, COBALT at work), so start from 90 % of
+        // the unshaped rate and, while the shaped run falls short of its rate, step down to
+        // 90 % of what it delivered.
+        let unshaped = measure(
+            ports,
+            Kind::Cake {
+                bypass: false,
+                rate: None,
+            },
+            args.seconds,
+        )?;
+        let to_rate = |pps: f64| Rate::from_bits_per_sec((pps * args.frame as f64 * 8.0) as u64);
+        let mut target_pps = unshaped.mpps() * 1e6 * 0.9;
+        for _ in 0..4 {
+            // A rate of 0 would mean "unlimited": never let the shaped row silently become one.
+            if target_pps < 1000.0 {
+                bail!(
+                    "CAKE carried {target_pps:.0} packets/s in calibration; is the TX port sending?"
+                );
+            }
+            let kind = Kind::Cake {
+                bypass: false,
+                rate: Some(to_rate(target_pps)),
+            };
+            let delivered = measure(ports, kind, args.seconds)?.mpps() * 1e6;
+            eprintln!(
+                "calibration: shaped to {:.2} Mpps, delivered {:.2} Mpps",
+                target_pps / 1e6,
+                delivered / 1e6
+            );
+            if delivered >= 0.98 * target_pps {
+                break;
+            }
+            target_pps = 0.9 * delivered;
+        }
+        if target_pps < 1000.0 {
+            bail!("CAKE carried {target_pps:.0} packets/s in calibration; is the TX port sending?");
+        }
+        Ok((to_rate(target_pps), target_pps))
+    }
+
+    fn bench(args: &Args, pcap: &std::path::Path, machine: &Machine) -> anyhow::Result<()> {
+        let max_threads = machine.threads.iter().copied().max().unwrap_or(1);
+        let two_workers = machine.cores.len() >= 2;
+        let eal_args = eal_args(args, pcap, max_threads, two_workers);
         let eal = Eal::init(&eal_args)?;
         let pool = Mempool::new(&eal, "bench", 65535, 0)?;
         let cfg = EthDevConfig::default();
@@ -851,48 +912,7 @@ mod imp {
         const SHAPED: usize = 6; // index of the shaped CAKE row
         const FLOOR: usize = 7; // index of the DRR++ floor row
 
-        // Calibration: the shaped row asks for 90 % of what shaped CAKE can carry here, in
-        // bits of frame length (CAKE's raw mode), so that row measures the shaper rather than
-        // a CPU that cannot keep up. Shaped CAKE costs more per packet than unshaped CAKE
-        // (a standing queue: bulk flows, refill visits, COBALT at work), so start from 90 % of
-        // the unshaped rate and, while the shaped run falls short of its rate, step down to
-        // 90 % of what it delivered.
-        let unshaped = measure(
-            ports,
-            Kind::Cake {
-                bypass: false,
-                rate: None,
-            },
-            args.seconds,
-        )?;
-        let to_rate = |pps: f64| Rate::from_bits_per_sec((pps * args.frame as f64 * 8.0) as u64);
-        let mut target_pps = unshaped.mpps() * 1e6 * 0.9;
-        for _ in 0..4 {
-            // A rate of 0 would mean "unlimited": never let the shaped row silently become one.
-            if target_pps < 1000.0 {
-                bail!(
-                    "CAKE carried {target_pps:.0} packets/s in calibration; is the TX port sending?"
-                );
-            }
-            let kind = Kind::Cake {
-                bypass: false,
-                rate: Some(to_rate(target_pps)),
-            };
-            let delivered = measure(ports, kind, args.seconds)?.mpps() * 1e6;
-            eprintln!(
-                "calibration: shaped to {:.2} Mpps, delivered {:.2} Mpps",
-                target_pps / 1e6,
-                delivered / 1e6
-            );
-            if delivered >= 0.98 * target_pps {
-                break;
-            }
-            target_pps = 0.9 * delivered;
-        }
-        if target_pps < 1000.0 {
-            bail!("CAKE carried {target_pps:.0} packets/s in calibration; is the TX port sending?");
-        }
-        let rate = to_rate(target_pps);
+        let (rate, target_pps) = calibrate(ports, args)?;
         let rows: Vec<(String, Kind)> = vec![
             ("bare rx->tx".into(), Kind::Bare),
             ("bare + parse".into(), Kind::Parse),

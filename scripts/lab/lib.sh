@@ -126,3 +126,26 @@ lab_ping_summary() {
       printf "%d %.3f %.3f %.3f\n", NR, p50, p99, v[NR]
     }'
 }
+
+# One direction's TCP goodput over its ceiling after headers, from a scripts/lab/bidir run's
+# output DIR: the ceiling is RATE_BPS times the payload share of a full frame (PAYLOAD of
+# 1514 bytes: 1448 for IPv4 TCP with timestamps, 1428 for IPv6), times the share of the
+# egress bytes that were data frames (the other direction's ACKs leave through the same port
+# and take their part of the rate). PHASE is p1 or p2, DIR_NAME download or upload. Prints the
+# ratio, or 0 when a file is missing.
+lab_goodput_ratio() { # DIR PHASE DIR_NAME RATE_BPS PAYLOAD
+  local dir=$1 p=$2 rate=$4 payload=$5 client receiver port
+  if [ "$3" = download ]; then
+    client=$dir/$p-down.json receiver=$dir/$p-down.json port=0
+  else
+    client=$dir/$p-up.json receiver=$dir/$p-server-up.json port=1
+  fi
+  jq -n --slurpfile c "$client" --slurpfile r "$receiver" --slurpfile b "$dir/$p-before.json" --slurpfile a "$dir/$p-after.json" \
+    --argjson port "$port" --argjson rate "$rate" --argjson payload "$payload" '
+    ($r[0].end.sum_received.bytes // 0) as $bytes
+    | (($a[0].ports[$port].tx_bytes // 0) - ($b[0].ports[$port].tx_bytes // 0)) as $egress
+    | ($bytes * 1514 / $payload) as $data
+    | (if $egress > 0 then [($data / $egress), 1] | min else 1 end) as $share
+    | ($c[0].end.sum_received.bits_per_second // 0) / ($rate * $payload / 1514 * $share)
+    | . * 10000 | round / 10000' 2>/dev/null || echo 0
+}

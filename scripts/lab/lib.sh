@@ -131,8 +131,10 @@ lab_ping_summary() {
 # output DIR: the ceiling is RATE_BPS times the payload share of a full frame (PAYLOAD of
 # 1514 bytes: 1448 for IPv4 TCP with timestamps, 1428 for IPv6), times the share of the
 # egress bytes that were data frames (the other direction's ACKs leave through the same port
-# and take their part of the rate). PHASE is p1 or p2, DIR_NAME download or upload. Prints the
-# ratio, or 0 when a file is missing.
+# and take their part of the rate). That share compares rates (bytes over each window's own
+# seconds), so the ctl snapshots need not line up to the instant with iperf3's window (they
+# go through `docker exec` in the container lab). PHASE is p1 or p2, DIR_NAME download or
+# upload. Prints the ratio, or 0 when a file is missing.
 lab_goodput_ratio() { # DIR PHASE DIR_NAME RATE_BPS PAYLOAD
   local dir=$1 p=$2 rate=$4 payload=$5 client receiver port
   if [ "$3" = download ]; then
@@ -143,9 +145,12 @@ lab_goodput_ratio() { # DIR PHASE DIR_NAME RATE_BPS PAYLOAD
   jq -n --slurpfile c "$client" --slurpfile r "$receiver" --slurpfile b "$dir/$p-before.json" --slurpfile a "$dir/$p-after.json" \
     --argjson port "$port" --argjson rate "$rate" --argjson payload "$payload" '
     ($r[0].end.sum_received.bytes // 0) as $bytes
+    | ($r[0].end.sum_received.seconds // 0) as $secs
     | (($a[0].ports[$port].tx_bytes // 0) - ($b[0].ports[$port].tx_bytes // 0)) as $egress
-    | ($bytes * 1514 / $payload) as $data
-    | (if $egress > 0 then [($data / $egress), 1] | min else 1 end) as $share
+    | (($a[0].elapsed_s // 0) - ($b[0].elapsed_s // 0)) as $span
+    | (if $secs > 0 and $span > 0 then ($bytes * 1514 / $payload / $secs) / ($egress / $span)
+       else 0 end) as $frac
+    | (if $egress > 0 and $frac > 0 then [$frac, 1] | min else 1 end) as $share
     | ($c[0].end.sum_received.bits_per_second // 0) / ($rate * $payload / 1514 * $share)
     | . * 10000 | round / 10000' 2>/dev/null || echo 0
 }

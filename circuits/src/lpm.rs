@@ -8,7 +8,9 @@
 //! answer is found by counting the set bits below it (`popcnt`): no pointers, 24 bytes per
 //! node, and the answers of a node compressed to one per run. Prefixes are pushed to the
 //! leaves at build time, so a lookup never backtracks: an IPv4 address takes the direct entry
-//! and at most 3 nodes, an IPv6 address at most 19 (a /64 table: 8).
+//! and at most 3 nodes, an IPv6 address at most 19 (a /64 table: 8). Where every prefix under
+//! a direct entry shares more bits (an IPv6 allocation such as a /32), the walk skips them
+//! after one comparison ([`Skip`]): a /56 under a /32 then takes 4 nodes instead of 7.
 //!
 //! Why this and not DIR-24-8: DIR-24-8 needs a 2^24-entry first table (64 MiB with 32-bit
 //! answers) per family and has no IPv6 form; the poptrie is a few MiB for 100 000 prefixes,
@@ -25,8 +27,11 @@ use crate::prefix::{mask, Family, Prefix};
 const DIRECT_BITS: u32 = 16;
 /// Bits per node.
 const STRIDE: u32 = 6;
-/// A direct-table entry with this bit set holds an answer, otherwise a node index.
+/// A direct-table entry with this bit set holds an answer.
 const LEAF_FLAG: u32 = 1 << 31;
+/// A direct-table entry with this bit set (and not [`LEAF_FLAG`]) holds a [`Skip`] index;
+/// with neither, a node index.
+const SKIP_FLAG: u32 = 1 << 30;
 /// The answer "no circuit".
 const NONE: u32 = u32::MAX >> 1;
 
@@ -49,10 +54,26 @@ struct Node {
     first_leaf: u32,
 }
 
+/// The bits every prefix under one direct entry shares beyond the first 16: the walk starts
+/// at `depth` instead of 16 after one comparison (path compression at the top, where an
+/// operator's table is one or a few long allocations: 2001:db8::/32 saves 2 nodes).
+#[derive(Debug, Clone, Copy)]
+struct Skip {
+    /// The shared bits (the top `depth` bits; the rest zero).
+    common: u128,
+    /// Where the walk resumes.
+    depth: u32,
+    /// The answer for an address under the direct entry that does not share them.
+    outside: u32,
+    /// The node at `depth`.
+    root: u32,
+}
+
 /// One family's trie.
 #[derive(Debug, Clone)]
 struct Trie {
     direct: Box<[u32]>,
+    skips: Vec<Skip>,
     nodes: Vec<Node>,
     leaves: Vec<u32>,
 }
@@ -98,6 +119,7 @@ impl Trie {
         deeper.sort_by_key(|e| (e.bits >> (128 - DIRECT_BITS), e.len, e.bits));
         let mut trie = Trie {
             direct,
+            skips: Vec::new(),
             nodes: Vec::new(),
             leaves: Vec::new(),
         };
@@ -109,10 +131,27 @@ impl Trie {
                     .iter()
                     .take_while(|e| e.bits >> (128 - DIRECT_BITS) == top)
                     .count();
+            let group = &deeper[start..end];
             let inherited = trie.direct[top as usize] & !LEAF_FLAG;
+            // The bits all prefixes of the group share, up to the shortest one's length.
+            let differ = group.iter().fold(0, |d, e| d | (e.bits ^ group[0].bits));
+            let shortest = group.iter().map(|e| u32::from(e.len)).min().unwrap_or(0);
+            // At most 127: the comparison's mask shifts by it (a lone /128 skips to bit 127).
+            let depth = differ.leading_zeros().min(shortest).min(127);
             let at = trie.reserve(1)?;
-            trie.fill(at, &deeper[start..end], DIRECT_BITS, inherited)?;
-            trie.direct[top as usize] = at;
+            if depth >= DIRECT_BITS + STRIDE {
+                trie.fill(at, group, depth, inherited)?;
+                trie.direct[top as usize] = SKIP_FLAG | trie.skips.len() as u32;
+                trie.skips.push(Skip {
+                    common: group[0].bits & mask(depth as u8),
+                    depth,
+                    outside: inherited,
+                    root: at,
+                });
+            } else {
+                trie.fill(at, group, DIRECT_BITS, inherited)?;
+                trie.direct[top as usize] = at;
+            }
             start = end;
         }
         trie.nodes.shrink_to_fit();
@@ -122,14 +161,14 @@ impl Trie {
 
     fn reserve(&mut self, n: usize) -> Result<u32, BuildError> {
         let at = self.nodes.len();
-        if at + n >= LEAF_FLAG as usize {
+        if at + n >= SKIP_FLAG as usize {
             return Err(BuildError::TooManyNodes);
         }
         self.nodes.resize(at + n, Node::default());
         Ok(at as u32)
     }
 
-    /// Fills node `at`, which covers the bits from `depth`, from `entries` (all longer than
+    /// Fills node `at`, which covers the bits from `depth`, from `entries` (none shorter than
     /// `depth`, all under this node, sorted by length then address); `inherited` is the
     /// answer of the longest prefix above the node.
     fn fill(
@@ -184,6 +223,15 @@ impl Trie {
             return entry & !LEAF_FLAG;
         }
         let mut depth = DIRECT_BITS;
+        if entry & SKIP_FLAG != 0 {
+            let skip = &self.skips[(entry & !SKIP_FLAG) as usize];
+            // depth is at least 22 here, so the shift is in range.
+            if (key ^ skip.common) & !(u128::MAX >> skip.depth) != 0 {
+                return skip.outside;
+            }
+            entry = skip.root;
+            depth = skip.depth;
+        }
         loop {
             let node = &self.nodes[entry as usize];
             let bit = 1u64 << slot(key, depth);
@@ -346,6 +394,36 @@ mod tests {
         let mapped = u128::from(u32::from(Ipv4Addr::new(10, 1, 2, 3))) | 0xffff << 32;
         assert_eq!(lpm.lookup_mapped(true, mapped.to_be_bytes()), Some(4));
         assert_eq!(lpm.len(), 10);
+    }
+
+    #[test]
+    fn skipped_bits_are_compared_before_the_walk() {
+        let table = [
+            (p("2001:db8::/16"), 1),
+            (p("2001:db8:0:100::/56"), 2),
+            (p("2001:db8:0:200::/56"), 3),
+            (p("2001:db8:0:200::/64"), 4),
+            (p("2002::1/128"), 5),
+            (p("10.20.30.40"), 6),
+        ];
+        let lpm = Lpm::build(table).unwrap();
+        let q = |s: &str| lpm.lookup(s.parse().unwrap());
+        assert_eq!(q("2001:db8:0:100::9"), Some(2));
+        assert_eq!(q("2001:db8:0:200::9"), Some(4));
+        assert_eq!(q("2001:db8:0:201::9"), Some(3));
+        assert_eq!(
+            q("2001:db9::1"),
+            Some(1),
+            "outside the shared bits: the /16"
+        );
+        assert_eq!(q("2001:db8:0:300::1"), Some(1));
+        assert_eq!(q("2002::1"), Some(5));
+        assert_eq!(q("2002::"), None);
+        assert_eq!(q("2002::3"), None);
+        assert_eq!(q("10.20.30.40"), Some(6));
+        assert_eq!(q("10.20.30.41"), None);
+        assert_eq!(q("10.20.31.40"), None);
+        assert!(!lpm.v6.skips.is_empty() && !lpm.v4.skips.is_empty());
     }
 
     #[test]

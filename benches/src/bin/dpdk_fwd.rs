@@ -449,11 +449,21 @@ mod imp {
     }
 
     /// Registers each engine worker as a DPDK lcore (mempool caches), as `cakewalk run` does.
-    fn lcore_hook(eal: &Eal) -> forwarder::engine::WorkerHook {
+    /// Registers each worker thread with the EAL and pins worker `i` to `cores[i]`. The
+    /// pinning is done here rather than by the engine (`pin: false`): the EAL has narrowed
+    /// the main thread's affinity to its `-l` core, so the engine's check of the cores this
+    /// process may use would see only that one, while a thread may still move itself to any
+    /// core of the machine's set (captured before the EAL started).
+    fn lcore_hook(eal: &Eal, cores: Vec<core_affinity::CoreId>) -> forwarder::engine::WorkerHook {
         let hook_eal = eal.clone();
-        std::sync::Arc::new(move |_| match hook_eal.register_thread() {
-            Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
-            Err(_) => Box::new(()),
+        std::sync::Arc::new(move |i| {
+            if let Some(&core) = cores.get(i) {
+                core_affinity::set_for_current(core);
+            }
+            match hook_eal.register_thread() {
+                Ok(g) => Box::new(g) as Box<dyn std::any::Any>,
+                Err(_) => Box::new(()),
+            }
         })
     }
 
@@ -502,11 +512,10 @@ mod imp {
             tx_queues: 1,
             idle: IdleMode::Spin,
             duration: "0".into(),
-            cores: vec![args.core],
-            pin: true,
+            pin: false,
             ..EngineConfig::default()
         };
-        let hook = lcore_hook(eal);
+        let hook = lcore_hook(eal, vec![core_affinity::CoreId { id: args.core }]);
         let running = engine::start_with_hook(&ecfg, ports, shapers, Some(hook))?;
         std::thread::sleep(Duration::from_millis(200));
         let (t0, s0) = (Instant::now(), running.shared().snapshot().port_tx(1).0);
@@ -557,12 +566,11 @@ mod imp {
             tx_queues: 2,
             idle: IdleMode::Spin,
             duration: "0".into(),
-            cores: machine.cores.iter().take(2).map(|c| c.id).collect(),
-            pin: true,
+            pin: false,
             tx_select,
             ..EngineConfig::default()
         };
-        let hook = lcore_hook(eal);
+        let hook = lcore_hook(eal, machine.cores.iter().take(2).copied().collect());
         let running = engine::start_with_hook(&ecfg, ports, shapers, Some(hook))?;
         std::thread::sleep(Duration::from_millis(200));
         let snap = |r: &engine::Running<Mbuf>| {

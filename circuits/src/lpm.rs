@@ -10,7 +10,7 @@
 //! leaves at build time, so a lookup never backtracks: an IPv4 address takes the direct entry
 //! and at most 3 nodes, an IPv6 address at most 19 (a /64 table: 8). Where every prefix under
 //! a direct entry shares more bits (an IPv6 allocation such as a /32), the walk skips them
-//! after one comparison ([`Skip`]): a /56 under a /32 then takes 4 nodes instead of 7.
+//! after one comparison (a `Skip` entry): a /56 under a /32 then takes 4 nodes instead of 7.
 //!
 //! Why this and not DIR-24-8: DIR-24-8 needs a 2^24-entry first table (64 MiB with 32-bit
 //! answers) per family and has no IPv6 form; the poptrie is a few MiB for 100 000 prefixes,

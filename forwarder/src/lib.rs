@@ -9,10 +9,11 @@
 //!
 //! Layers depend one way, downward:
 //! * leaves, which name nothing else in the crate: [`clock`] (the one time source),
-//!   [`counters`] (what the data path counts and the reports read), [`wire`], [`flow_key`]
-//!   and [`config::units`]; [`classify`] uses only [`flow_key`];
+//!   [`counters`] (what the data path counts and the reports read), [`direction`], [`wire`],
+//!   [`flow_key`], [`config::units`] and [`config::limits`]; [`classify`] uses only
+//!   [`flow_key`];
 //! * [`port`] uses the leaves;
-//! * [`engine`] uses ports and the leaves; [`stats`] reads only [`counters`];
+//! * [`engine`] uses ports and the leaves; [`stats`] reads only the leaves;
 //! * [`config`] assembles the configuration of each layer below it; [`app`], [`cli`],
 //!   [`control`], [`reload`], [`preflight`] and [`explain`] sit on top.
 #![deny(unsafe_code)]
@@ -35,6 +36,7 @@ pub mod clock;
 pub mod config;
 pub mod control;
 pub mod counters;
+pub mod direction;
 pub mod engine;
 pub mod explain;
 pub mod flow_key;

@@ -170,7 +170,7 @@ pub struct PortsConfig {
     pub b: PortSpec,
     /// The port that faces the uplink: what leaves through it is the upload, what leaves
     /// through the other port the download (`"b"` by default).
-    pub uplink: crate::config::direction::PortSide,
+    pub uplink: crate::direction::PortSide,
     /// Forward B -> A as well as A -> B.
     pub bidirectional: bool,
     /// pcap input: replay the file forever instead of once.
@@ -197,7 +197,7 @@ impl Default for PortsConfig {
                 name: "b".into(),
                 ..PortSpec::default()
             },
-            uplink: crate::config::direction::PortSide::B,
+            uplink: crate::direction::PortSide::B,
             bidirectional: true,
             loop_input: false,
             pool_buffers: 16384,

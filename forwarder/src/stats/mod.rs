@@ -18,9 +18,9 @@ use qdisc::mq::TxQueueStats;
 use qdisc::{DropReason, Rate};
 use serde::{Deserialize, Serialize};
 
-use crate::config::direction::Direction;
 use crate::counters::synth::{SynthStats, SynthTotals};
 use crate::counters::{egress, port, Snapshot, TinSnapshot, WorkerCounters};
+use crate::direction::Direction;
 
 /// The `[stats]` table.
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]

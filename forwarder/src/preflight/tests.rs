@@ -2,6 +2,7 @@
 //! failing check names its fix, and a good box passes.
 
 use super::*;
+use crate::port::afpacket::{LinkFacts, Offloads};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

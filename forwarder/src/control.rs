@@ -20,7 +20,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -445,7 +445,7 @@ pub fn serve(
     listener.set_nonblocking(true).map_err(bind_err)?;
     let path = path.to_path_buf();
     Ok(std::thread::spawn(move || {
-        let open = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(Connections::default());
         // Connection threads hold the state only weakly, this thread holds it until the
         // server stops: one stuck on a client must not keep the queues (and the buffers
         // they hold) alive after the forwarder stopped.
@@ -462,7 +462,7 @@ pub fn serve(
 }
 
 /// Connections served at once. Each has a thread of its own for at most
-/// [`CONNECTION_LIFETIME`]; past the bound a client is told the server is busy.
+/// [`CONNECTION_LIFETIME`]; past the bound the oldest connection is shut down to make room.
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// How long one read or one write may wait for the client: an idle or non-reading client
@@ -476,36 +476,54 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 /// an endless line must not grow the server's memory.
 const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 
-/// Serves `s` on a thread of its own, or tells it the server is busy. The accept loop never
-/// waits on a client, and the server stops without waiting for the connection threads (each
-/// ends by itself within [`IO_DEADLINE`] of its last exchange).
+/// The connections being served, oldest first, each with a handle that can shut it down.
+#[derive(Default)]
+struct Connections {
+    open: Mutex<std::collections::VecDeque<(u64, UnixStream)>>,
+    next_id: AtomicU64,
+}
+
+impl Connections {
+    fn open(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, UnixStream)>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Serves `s` on a thread of its own. At [`MAX_CONNECTIONS`] the oldest connection is shut
+/// down first: a command takes milliseconds, so the oldest is one that sends nothing or
+/// trickles, and a new client is always served (refusing it would let stuck clients lock
+/// every operator out). The accept loop never waits on a client, and the server stops
+/// without waiting for the connection threads (each ends by itself within [`IO_DEADLINE`]
+/// of its last exchange).
 fn admit(
     s: UnixStream,
     state: &Weak<ControlState>,
     stop: &Arc<AtomicBool>,
-    open: &Arc<AtomicUsize>,
+    open: &Arc<Connections>,
 ) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(IO_DEADLINE));
     let _ = s.set_write_timeout(Some(IO_DEADLINE));
-    if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-        open.fetch_sub(1, Ordering::AcqRel);
-        let mut s = s;
-        // What the client already sent is read first: closing a socket with unread data
-        // resets it, and the client would not see the reply.
-        let _ = s.set_nonblocking(true);
-        let mut sink = [0u8; 4096];
-        for _ in 0..16 {
-            if !matches!(s.read(&mut sink), Ok(n) if n > 0) {
-                break;
+    let Ok(handle) = s.try_clone() else { return };
+    let id = open.next_id.fetch_add(1, Ordering::Relaxed);
+    {
+        let mut list = open.open();
+        while list.len() >= MAX_CONNECTIONS {
+            if let Some((_, oldest)) = list.pop_front() {
+                // Its thread's blocked read returns at once and the thread ends.
+                let _ = oldest.shutdown(std::net::Shutdown::Both);
             }
         }
-        let _ = s.write_all(
-            format!("error: busy: {MAX_CONNECTIONS} control connections are open; try again in a few seconds\n\n").as_bytes(),
-        );
-        return;
+        list.push_back((id, handle));
     }
-    let (state, stop, guard) = (state.clone(), stop.clone(), OpenGuard(open.clone()));
+    let (state, stop, guard) = (
+        state.clone(),
+        stop.clone(),
+        OpenGuard {
+            open: open.clone(),
+            id,
+        },
+    );
     let spawned = std::thread::Builder::new()
         .name("cakewalk-ctl".into())
         .stack_size(256 * 1024)
@@ -517,12 +535,16 @@ fn admit(
     drop(spawned);
 }
 
-/// Gives a connection's slot back when its thread ends, however it ends.
-struct OpenGuard(Arc<AtomicUsize>);
+/// Takes a connection off the list when its thread ends, however it ends.
+struct OpenGuard {
+    open: Arc<Connections>,
+    id: u64,
+}
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        let id = self.id;
+        self.open.open().retain(|(i, _)| *i != id);
     }
 }
 
@@ -597,8 +619,8 @@ pub mod client {
         let sent = s
             .write_all(&request)
             .and_then(|()| s.shutdown(std::net::Shutdown::Write));
-        // A server that refuses the connection (busy) replies and closes without reading
-        // the command: its reply is still there to read after the write failed.
+        // A server that closes the connection (stopping, or making room for newer clients)
+        // may do so before reading the command: a reply it sent is still there to read.
         let mut reply = Vec::new();
         let read = s.read_to_end(&mut reply);
         if reply.is_empty() {
@@ -870,39 +892,27 @@ mod tests {
     }
 
     #[test]
-    fn connections_past_the_bound_are_told_the_server_is_busy() {
+    fn past_the_bound_the_oldest_connection_is_closed_and_a_new_client_served() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ctl.sock");
         let probe = Arc::new(Probe::default());
         let stop = Arc::new(AtomicBool::new(false));
         let h = serve(&path, state(probe.clone()), stop.clone()).unwrap();
-        let idle: Vec<UnixStream> = (0..MAX_CONNECTIONS)
+        // Twice the bound of clients that send nothing and never read.
+        let idle: Vec<UnixStream> = (0..2 * MAX_CONNECTIONS)
             .map(|_| UnixStream::connect(&path).unwrap())
             .collect();
-        // The accept loop admits them in its own time: wait until the next one is refused.
-        let mut reply = String::new();
-        for _ in 0..200 {
-            reply = client::send(&path, "stats").unwrap_or_default();
-            if reply.starts_with("error: busy") {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        // A real client is still answered, at once, every time.
+        for _ in 0..5 {
+            assert_eq!(client::send(&path, "stats").unwrap(), "text report\n");
         }
-        assert!(
-            reply.starts_with("error: busy: 64 control connections"),
-            "{reply}"
-        );
-        drop(idle);
-        // The slots come back as the idle connections go.
-        let mut reply = String::new();
-        for _ in 0..200 {
-            reply = client::send(&path, "stats").unwrap_or_default();
-            if reply == "text report\n" {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(reply, "text report\n");
+        // The oldest idle ones were closed to make room: they read end-of-file.
+        let mut first = idle.into_iter().next().unwrap();
+        first
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(first.read(&mut buf).unwrap(), 0);
         stop.store(true, Ordering::Relaxed);
         h.join().unwrap();
     }

@@ -541,8 +541,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckConfig(args) => {
             let overrides = args.overrides.to_overrides()?;
             let config = Config::load(Some(&args.file), &overrides)?;
+            let circuits = match circuit_summary(&config) {
+                Ok(lines) => lines,
+                Err(e) => {
+                    crate::log_line!("{e:#}");
+                    return Ok(ExitCode::FAILURE);
+                }
+            };
             out(&format!(
-                "{}{}",
+                "{}{circuits}{}",
                 check_config_header(&args.file, &config),
                 config.effective()
             ))?;
@@ -619,6 +626,55 @@ fn check_circuits_cmd(args: &CheckCircuitsArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// What `check-config` says about the circuits of `[circuits]`, as TOML comments: the files
+/// read as `run` reads them, then one line per direction (circuits, plans against the link,
+/// the queue options they run). Empty without circuits.
+///
+/// # Errors
+/// A file that cannot be read, or every problem of the files, each with its file and line.
+fn circuit_summary(config: &Config) -> anyhow::Result<String> {
+    let Some(settings) = &config.circuits else {
+        return Ok(String::new());
+    };
+    let (set, warnings) = crate::circuit::load(settings)?;
+    let mut h = String::new();
+    for w in &warnings {
+        h.push_str(&comment_lines(&w.to_string()));
+    }
+    let cakes = config::direction::Direction::BOTH.map(|d| config.cake_for(d));
+    let roster = crate::circuit::Roster::build(
+        &set,
+        settings,
+        &cakes,
+        &mut crate::circuit::SlotMap::default(),
+        0,
+        &Default::default(),
+    )?;
+    let files: Vec<String> = settings
+        .files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect();
+    h.push_str(&comment_lines(&format!(
+        "circuits: {} from {}: {} devices, {} prefixes, {} nodes; unmatched traffic: {}",
+        roster.len(),
+        files.join(", "),
+        roster.devices,
+        roster.prefixes,
+        roster.nodes.len(),
+        match settings.unmatched {
+            crate::circuit::Unmatched::Link => "the link's shaper alone".to_string(),
+            u => format!("one shared circuit at {}", u.show()),
+        }
+    )));
+    let links = cakes.map(|c| c.rate);
+    for line in roster.summary_lines(&links) {
+        h.push_str(&comment_lines(&line));
+    }
+    h.push('\n');
+    Ok(h)
 }
 
 /// What `check-config` judged, as TOML comments above the effective configuration: the file

@@ -30,6 +30,7 @@ macro_rules! log_line {
 }
 
 pub mod app;
+pub mod circuit;
 pub mod classify;
 pub mod cli;
 pub mod clock;

@@ -111,3 +111,87 @@ fn the_toml_form_loads_and_unknown_file_kinds_are_refused() {
     assert!(String::from_utf8_lossy(&o.stderr)
         .contains("name a .csv (ShapedDevices), .json (network.json) or .toml file"));
 }
+
+#[test]
+fn check_config_reads_the_circuit_files_relative_to_itself_and_sums_each_direction() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "ShapedDevices.csv",
+        &format!(
+            "{HEADER}1,One,1,cpe,AP_A,,100.64.0.1,,,,80,20,,cake diffserv4\n\
+             2,Two,2,cpe,Site_1,,100.64.0.2,,,,50,10,,none\n"
+        ),
+    );
+    write(dir.path(), "network.json", NETWORK);
+    let cfg = write(
+        dir.path(),
+        "cakewalk.toml",
+        "[shaper]\nrate = \"1gbit\"\n[shaper.upload]\nrate = \"100mbit\"\n\
+         [circuits]\nfiles = [\"ShapedDevices.csv\", \"network.json\"]\nunmatched = \"10mbit/2mbit\"\n",
+    );
+    // From another directory: the files are found beside the config.
+    let o = Command::new(env!("CARGO_BIN_EXE_cakewalk"))
+        .args(["check-config", &cfg])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for line in [
+        "# circuits: 2 from ShapedDevices.csv, network.json: 2 devices, 2 prefixes, 2 nodes;",
+        "unmatched traffic: one shared circuit at 10mbit/2mbit",
+        "# download: 2 circuits, plans 130 Mbit/s in total (0.1x the link's 1gbit); queues: 1",
+        "# upload: 2 circuits, plans 30 Mbit/s in total (0.3x the link's 100mbit); queues: 1",
+        "[circuits]\nfiles = [\"ShapedDevices.csv\", \"network.json\"]\nunmatched = \"10mbit/2mbit\"",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn check_config_refuses_bad_circuit_files_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "d.csv",
+        &format!("{HEADER}1,One,1,cpe,,,100.64.0.1,,,,80,20,,\n2,Two,2,cpe,,,100.64.0.300,,,,fast,10,,\n"),
+    );
+    let cfg = write(dir.path(), "c.toml", "[circuits]\nfiles = [\"d.csv\"]\n");
+    let o = cakewalk(&["check-config", &cfg]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("d.csv:3: error:"), "{err}");
+    assert!(err.contains("`fast` is not a rate in Mbps"), "{err}");
+    let missing = write(
+        dir.path(),
+        "m.toml",
+        "[circuits]\nfiles = [\"nowhere.csv\"]\n",
+    );
+    let o = cakewalk(&["check-config", &missing]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot read circuit file 'nowhere.csv'"),
+        "{err}"
+    );
+    let fifo = write(
+        dir.path(),
+        "f.toml",
+        "[shaper]\nqueue = \"fifo\"\n[circuits]\nfiles = [\"d.csv\"]\n",
+    );
+    let o = cakewalk(&["check-config", &fifo]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("circuits.files: circuits are shaped by CAKE"),
+        "{err}"
+    );
+    let bad = write(
+        dir.path(),
+        "u.toml",
+        "[circuits]\nfiles = [\"d.csv\"]\nunmatched = \"fast\"\n",
+    );
+    let o = cakewalk(&["check-config", &bad]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("circuits.unmatched: "), "{err}");
+}

@@ -41,3 +41,7 @@ pub const SYNC_INTERVAL_NS: std::ops::RangeInclusive<u64> = 10_000..=1_000_000_0
 pub const MAX_CORES_LISTED: usize = 1024;
 /// See [`MAX_CORES_LISTED`].
 pub const MAX_CORE_ID: usize = 8191;
+
+/// Largest circuit file read (`[circuits] files`): 256 MiB, room for a few million devices
+/// in `ShapedDevices.csv`.
+pub const MAX_CIRCUIT_FILE_BYTES: u64 = 256 << 20;

@@ -100,6 +100,8 @@ struct RawConfig {
     engine: crate::engine::EngineConfig,
     #[serde(default)]
     stats: toml::Table,
+    #[serde(default)]
+    circuits: crate::circuit::CircuitsToml,
 }
 
 /// The resolved configuration.
@@ -115,6 +117,8 @@ pub struct Config {
     pub stats: toml::Table,
     /// Each direction's shaper: `[shaper]` with the direction's own keys on top.
     pub directions: direction::Directions,
+    /// `[circuits]`: per-subscriber shaping, when it names files.
+    pub circuits: Option<crate::circuit::CircuitsSettings>,
 }
 
 impl Default for Config {
@@ -125,6 +129,7 @@ impl Default for Config {
             ports: crate::port::PortsConfig::default(),
             engine: crate::engine::EngineConfig::default(),
             stats: toml::Table::new(),
+            circuits: None,
         }
     }
 }
@@ -388,6 +393,12 @@ fn check_run_settings(
                 origin: "in the [stats] section".to_string(),
                 message: e.to_string().trim_end().to_string(),
             })?;
+    if let Err(message) = crate::stats::CircuitMetrics::parse(&stats.circuit_metrics) {
+        return Err(ConfigError::Key {
+            key: overrides.label("stats.circuit_metrics", &[]),
+            message,
+        });
+    }
     if units::parse_optional_duration_ns(&stats.interval).is_err() {
         return Err(ConfigError::Key {
             key: overrides.label("stats.interval", &[]),
@@ -577,7 +588,12 @@ impl Config {
             Some(p) => (read_limited(p)?, p.display().to_string()),
             None => (String::new(), "defaults".to_string()),
         };
-        Config::from_toml_with(&text, &origin, overrides)
+        let mut config = Config::from_toml_with(&text, &origin, overrides)?;
+        // Circuit files are named relative to the config file, wherever cakewalk runs.
+        if let (Some(c), Some(dir)) = (config.circuits.as_mut(), path.and_then(Path::parent)) {
+            c.base = Some(dir.to_path_buf());
+        }
+        Ok(config)
     }
 
     /// Parses a config from TOML text with no overrides.
@@ -671,12 +687,25 @@ impl Config {
                 });
             }
         }
+        let circuits = crate::circuit::CircuitsSettings::resolve(&raw.circuits).map_err(
+            |(key, message)| ConfigError::Key {
+                key: overrides.label(&key, &[]),
+                message,
+            },
+        )?;
+        if circuits.is_some() && shaper.queue != QueueKind::Cake {
+            return Err(ConfigError::Key {
+                key: overrides.label("circuits.files", &["shaper.queue"]),
+                message: "circuits are shaped by CAKE, but shaper.queue is \"fifo\"; set shaper.queue = \"cake\" or leave [circuits] files empty".into(),
+            });
+        }
         Ok(Config {
             shaper,
             ports: raw.ports,
             engine: raw.engine,
             stats: raw.stats,
             directions,
+            circuits,
         })
     }
 
@@ -771,6 +800,22 @@ impl Config {
                 "# control_socket \"\" is the default path, here {}",
                 crate::control::default_socket_path().display()
             );
+        }
+        if let Some(c) = &self.circuits {
+            #[derive(serde::Serialize)]
+            struct CircuitsSection {
+                circuits: crate::circuit::CircuitsToml,
+            }
+            match toml::to_string(&CircuitsSection {
+                circuits: c.to_toml(),
+            }) {
+                Ok(text) => {
+                    let _ = write!(out, "\n{text}");
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "\n# [circuits] could not be rendered: {e}");
+                }
+            }
         }
         out
     }

@@ -42,6 +42,41 @@ pub struct StatsConfig {
     /// The control socket path (empty: `$XDG_RUNTIME_DIR/cakewalk.sock`, or
     /// `/run/cakewalk.sock` as root, or `/tmp/cakewalk-$UID.sock`); "off" disables it.
     pub control_socket: String,
+    /// Per-circuit Prometheus series: "off" (the default: one series per circuit is a lot
+    /// of series), "top:N" (the N circuits sending most), or "all"; per-node sums likewise.
+    pub circuit_metrics: String,
+}
+
+/// Which circuits get Prometheus series of their own (`[stats] circuit_metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CircuitMetrics {
+    /// None.
+    Off,
+    /// The N sending most in the interval.
+    Top(usize),
+    /// Every circuit.
+    All,
+}
+
+impl CircuitMetrics {
+    /// Reads `off`, `top:N` or `all`.
+    ///
+    /// # Errors
+    /// What to write instead.
+    pub fn parse(text: &str) -> Result<CircuitMetrics, String> {
+        let t = text.trim();
+        match t {
+            "off" | "" => return Ok(CircuitMetrics::Off),
+            "all" => return Ok(CircuitMetrics::All),
+            _ => {}
+        }
+        match t.strip_prefix("top:").map(|n| n.trim().parse::<usize>()) {
+            Some(Ok(n)) if n > 0 => Ok(CircuitMetrics::Top(n)),
+            _ => Err(format!(
+                "'{t}' is not a choice; use \"off\", \"top:N\" (the N circuits sending most, as \"top:100\") or \"all\""
+            )),
+        }
+    }
 }
 
 impl Default for StatsConfig {
@@ -53,6 +88,7 @@ impl Default for StatsConfig {
             prometheus: None,
             prometheus_public: false,
             control_socket: String::new(),
+            circuit_metrics: "off".into(),
         }
     }
 }

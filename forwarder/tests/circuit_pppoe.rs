@@ -1,0 +1,202 @@
+//! PPPoE subscribers, from a capture: the circuits lab (`circuits_lab.rs`) cannot build a
+//! PPPoE session, because the lab's kernel has no PPP support (`CONFIG_PPP` is not set), so
+//! this test writes the frames a PPPoE access network carries (a PPPoE session inside an
+//! 802.1Q tag, IPv4 and IPv6 inside the session) into a pcap file and runs the real binary
+//! on it (`--port-kind pcap`: port a replays the file, port b writes what it transmits).
+//!
+//! A pcap input flows from port a to port b only, so each direction is covered by its own
+//! run: with the default uplink (port b) the frames leave as the upload, classified by their
+//! source address; with `ports.uplink = "a"` they leave port b as the download, classified by
+//! their destination address. Either way every frame must be read as IP: it carries DSCP EF,
+//! and only a parser that walked the tag and the session to the IP header puts it in
+//! diffserv4's Voice tin. Each frame must leave unchanged and be counted in the final report.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::Command;
+
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::DataLink;
+
+/// The subscribers: PPPoE session ID, VLAN ID and address.
+const SUBSCRIBERS: [(u16, u16, &str); 3] = [
+    (0x0101, 201, "100.64.0.1"),
+    (0x0102, 202, "100.64.0.2"),
+    (0x0103, 202, "2001:db8:103::1"),
+];
+/// Frames per subscriber.
+const FRAMES: usize = 40;
+
+/// A UDP frame between `subscriber` and a server of its family, wrapped in a PPPoE session
+/// (RFC 2516: version/type 0x11, code 0, session ID, payload length, then the PPP protocol
+/// 0x0021 for IPv4 or 0x0057 for IPv6) inside VLAN `vid`. `up` says the subscriber sends it.
+fn pppoe_frame(
+    session: u16,
+    vid: u16,
+    subscriber: IpAddr,
+    up: bool,
+    seq: usize,
+    dscp: u8,
+) -> Vec<u8> {
+    let server: IpAddr = if subscriber.is_ipv4() {
+        "198.51.100.7".parse().unwrap()
+    } else {
+        "2001:db8:ffff::7".parse().unwrap()
+    };
+    let (src, dst) = if up {
+        (subscriber, server)
+    } else {
+        (server, subscriber)
+    };
+    let mut plain = [0u8; 1600];
+    let len = forwarder::wire::build_udp_frame(
+        &mut plain,
+        src,
+        dst,
+        40000 + seq as u16,
+        443,
+        dscp,
+        0,
+        64 + seq,
+    )
+    .expect("a UDP frame fits 1600 bytes");
+    let ip = &plain[14..len];
+    let ppp_proto: u16 = if subscriber.is_ipv4() { 0x0021 } else { 0x0057 };
+    let mut frame = Vec::with_capacity(len + 12);
+    frame.extend_from_slice(&plain[..12]);
+    frame.extend_from_slice(&0x8100u16.to_be_bytes());
+    frame.extend_from_slice(&vid.to_be_bytes());
+    frame.extend_from_slice(&0x8864u16.to_be_bytes());
+    frame.extend_from_slice(&[0x11, 0x00]);
+    frame.extend_from_slice(&session.to_be_bytes());
+    frame.extend_from_slice(&((ip.len() + 2) as u16).to_be_bytes());
+    frame.extend_from_slice(&ppp_proto.to_be_bytes());
+    frame.extend_from_slice(ip);
+    frame
+}
+
+/// Every subscriber's frames with DSCP `dscp`, interleaved, for one direction.
+fn frames(up: bool, dscp: u8) -> Vec<Vec<u8>> {
+    (0..FRAMES)
+        .flat_map(|seq| {
+            SUBSCRIBERS.iter().map(move |&(session, vid, addr)| {
+                pppoe_frame(session, vid, addr.parse().unwrap(), up, seq, dscp)
+            })
+        })
+        .collect()
+}
+
+fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let file = std::fs::File::create(path).expect("create the input pcap");
+    let header = PcapHeader {
+        datalink: DataLink::ETHERNET,
+        ..Default::default()
+    };
+    let mut w = PcapWriter::with_header(file, header).expect("write a pcap header");
+    for (i, f) in frames.iter().enumerate() {
+        let ts = std::time::Duration::from_micros(i as u64 * 100);
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+            .expect("write a frame");
+    }
+}
+
+fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    let file = std::fs::File::open(path).expect("open the output pcap");
+    let mut r = PcapReader::new(file).expect("the output is a pcap");
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        out.push(p.expect("a readable frame").data.into_owned());
+    }
+    out
+}
+
+/// Runs the binary on `frames` (`up` = the subscribers send them) and returns the final JSON
+/// report and what port b wrote.
+fn forward(up: bool) -> (serde_json::Value, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, stats) = (
+        dir.path().join("in.pcap"),
+        dir.path().join("out.pcap"),
+        dir.path().join("stats.jsonl"),
+    );
+    // EF (46): diffserv4 puts it in the Voice tin, which it can only read by walking the tag
+    // and the session to the IP header; a frame taken for non-IP would go to Best Effort.
+    let sent = frames(up, 46);
+    write_pcap(&input, &sent);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cakewalk"));
+    cmd.args(["run", "--port-kind", "pcap", "--input"])
+        .arg(&input)
+        .arg("--output")
+        .arg(&output)
+        .arg("--stats-json")
+        .arg(&stats)
+        .args([
+            "--rate",
+            "unlimited",
+            "--duration",
+            "10s",
+            "--control",
+            "off",
+        ])
+        .args(["--diffserv", "diffserv4"]);
+    if !up {
+        cmd.args(["--set", "ports.uplink=\"a\""]);
+    }
+    let out = cmd.output().expect("run cakewalk");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&stats).unwrap_or_default();
+    let report = serde_json::from_str(text.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no final report ({e}): {text}"));
+    (report, sent, read_pcap(&output))
+}
+
+fn sorted(mut v: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    v.sort();
+    v
+}
+
+#[test]
+fn pppoe_over_vlan_subscribers_are_read_as_ip_both_ways() {
+    for up in [true, false] {
+        let (report, sent, received) = forward(up);
+        let which = if up { "upload" } else { "download" };
+        assert_eq!(report["final_report"], true, "{which}: {report}");
+        assert_eq!(
+            report["ports"][0]["malformed"], 0,
+            "{which}: PPPoE-over-VLAN frames were not read as IP: {report}"
+        );
+        assert_eq!(report["conservation"]["ok"], true, "{which}: {report}");
+        let dir = report["directions"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["direction"] == which))
+            .unwrap_or_else(|| panic!("{which}: no such direction: {report}"));
+        assert_eq!(
+            dir["conservation"]["transmitted"],
+            sent.len(),
+            "{which}: {dir}"
+        );
+        // Port b's queue is the egress either way.
+        let voice = report["queues"]
+            .as_array()
+            .and_then(|q| q.iter().find(|q| q["port"] == "b"))
+            .and_then(|q| q["tins"].as_array())
+            .and_then(|t| t.iter().find(|t| t["name"] == "Voice"))
+            .unwrap_or_else(|| panic!("{which}: no Voice tin on port b: {report}"));
+        assert_eq!(
+            voice["sent_packets"],
+            sent.len(),
+            "{which}: every EF frame goes to the Voice tin: {report}"
+        );
+        // Unshaped, nothing is dropped; flows keep their order, so compare as sets.
+        assert_eq!(
+            sorted(received),
+            sorted(sent),
+            "{which}: frames changed on the way"
+        );
+    }
+}

@@ -129,8 +129,12 @@ pub const FIFO_ROW: &str = "fifo/unlimited/1024";
 /// The FIFO's bound, ns per packet.
 pub const FIFO_NS: f64 = 10.0;
 
-/// The rows of the table in order: a label, the unlimited row's id and the shaped row's id.
-fn layout() -> Vec<(String, String, Option<String>)> {
+/// The flow counts of the matrix, its columns.
+const FLOWS: [u32; 4] = [1, 64, 1024, 10_000];
+
+/// The rows of the table in order: a label, the time axis ("unlimited", "shaped 10 Gbit")
+/// and the criterion id of each column (`FLOWS`), `None` where the bench has no such row.
+fn layout() -> Vec<(String, &'static str, Vec<Option<String>>)> {
     let mut rows = Vec::new();
     let families = [
         ("fifo", "FIFO (3-band)", false),
@@ -148,51 +152,58 @@ fn layout() -> Vec<(String, String, Option<String>)> {
         ),
     ];
     for (id, label, shaped) in families {
-        for flows in [1, 64, 1024, 10_000] {
-            let flows_label = if flows == 10_000 {
-                "10 000".to_string()
-            } else {
-                flows.to_string()
-            };
-            rows.push((
-                format!("{label} | {flows_label}"),
-                format!("{id}/unlimited/{flows}"),
-                shaped.then(|| format!("{id}/shaped/{flows}")),
-            ));
+        for (time, axis) in [("unlimited", "unlimited"), ("shaped", "shaped 10 Gbit")] {
+            if time == "shaped" && !shaped {
+                continue;
+            }
+            let ids = FLOWS
+                .iter()
+                .map(|f| Some(format!("{id}/{time}/{f}")))
+                .collect();
+            rows.push((label.to_string(), axis, ids));
         }
     }
     let extras = [
         (
-            "CAKE diffserv3, triple-isolate, bursts of 32 in / 32 out | 1024",
+            "CAKE diffserv3, triple-isolate, bursts of 32 in / 32 out",
             "cake_diffserv3_triple_burst32/unlimited/1024",
         ),
         (
-            "CAKE diffserv3, triple-isolate, 64-byte frames | 1024",
+            "CAKE diffserv3, triple-isolate, 64-byte frames",
             "cake_diffserv3_triple_64B/unlimited/1024",
         ),
         (
-            "CAKE diffserv3, triple-isolate, 64-byte frames, bursts of 32 | 1024",
+            "CAKE diffserv3, triple-isolate, 64-byte frames, bursts of 32",
             "cake_diffserv3_triple_64B_burst32/unlimited/1024",
         ),
         (
-            "CAKE diffserv3, triple-isolate, NIC RSS hash reused | 1024",
+            "CAKE diffserv3, triple-isolate, NIC RSS hash reused",
             "cake_diffserv3_triple_rss/unlimited/1024",
         ),
         (
-            "DRR++ floor (`qdisc::testing::DrrFloor`), 1000 B | 1024",
+            "DRR++ floor (`qdisc::testing::DrrFloor`), 1000 B",
             FLOOR_ROW,
         ),
         (
-            "DRR++ floor, 64 B | 1024",
+            "DRR++ floor, 64 B",
             "drr_floor_diffserv3_64B/unlimited/1024",
         ),
         (
-            "CAKE `try_bypass` (empty, unlimited) | 1",
+            "CAKE `try_bypass` (empty)",
             "cake_diffserv3_triple/bypass/1",
         ),
     ];
     for (label, id) in extras {
-        rows.push((label.to_string(), id.to_string(), None));
+        let flows: u32 = id
+            .rsplit('/')
+            .next()
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(0);
+        let ids = FLOWS
+            .iter()
+            .map(|f| (*f == flows).then(|| id.to_string()))
+            .collect();
+        rows.push((label.to_string(), "unlimited", ids));
     }
     rows
 }
@@ -205,40 +216,37 @@ fn cell(m: Option<&Measurement>, bold: bool) -> String {
     }
 }
 
-/// Renders the rows as the matrix table; rows with no measurement are left out, and rows
-/// the layout does not know (a bench added later) follow at the end under their id.
+/// Renders the rows as the matrix table, a column per flow count; rows with no measurement
+/// are left out, and rows the layout does not know (a bench added later) follow at the end
+/// under their id.
 pub fn matrix(rows: &BTreeMap<String, Measurement>) -> Table {
-    let mut t = Table::new(&[
-        "qdisc",
-        "flows",
-        "unlimited ns/pkt (mean / min)",
-        "shaped 10 Gbit ns/pkt (mean / min)",
-    ]);
+    let mut headers = vec!["qdisc".to_string(), "time".to_string()];
+    headers.extend(FLOWS.iter().map(|f| match f {
+        1 => "1 flow".to_string(),
+        10_000 => "10 000 flows".to_string(),
+        f => format!("{f} flows"),
+    }));
+    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
     let mut placed = Vec::new();
-    for (label, unlimited, shaped) in layout() {
-        let u = rows.get(&unlimited);
-        let s = shaped.as_ref().and_then(|id| rows.get(id));
-        placed.push(unlimited.clone());
-        placed.extend(shaped);
-        if u.is_none() && s.is_none() {
+    for (label, axis, ids) in layout() {
+        let cells: Vec<String> = ids
+            .iter()
+            .map(|id| {
+                let m = id.as_ref().and_then(|id| rows.get(id));
+                cell(m, id.as_deref() == Some(GOAL_ROW))
+            })
+            .collect();
+        placed.extend(ids.into_iter().flatten());
+        if cells.iter().all(|c| c == "-") {
             continue;
         }
-        let (name, flows) = label.split_once(" | ").unwrap_or((&label, ""));
-        t.push(vec![
-            name.to_string(),
-            flows.to_string(),
-            cell(u, unlimited == GOAL_ROW),
-            cell(s, false),
-        ]);
+        let mut row = vec![label, axis.to_string()];
+        row.extend(cells);
+        t.push(row);
     }
     for (id, m) in rows {
         if !placed.contains(id) {
-            t.push(vec![
-                format!("`{id}`"),
-                String::new(),
-                cell(Some(m), false),
-                "-".into(),
-            ]);
+            t.push(vec![format!("`{id}`"), String::new(), cell(Some(m), false)]);
         }
     }
     t
@@ -297,7 +305,7 @@ pub fn section(rows: &BTreeMap<String, Measurement>, run: &RunInfo) -> String {
          Command: `{command}` (source `qdisc/benches/cake.rs`).\n\n\
          An iteration enqueues one 1000-byte packet and dequeues one (UDP flows over 64 source \
          and 16 destination hosts, round robin; the diffserv3 rows mark 10 % EF and 10 % CS1); \
-         unlimited rows advance virtual time 100 ns per packet, shaped rows one packet time at \
+         `unlimited` advances virtual time 100 ns per packet, `shaped 10 Gbit` one packet time at \
          10 Gbit/s. Burst rows enqueue 32, then dequeue 32. Cells: criterion's mean / fastest \
          sample, ns per packet. The DRR++ floor is CAKE's DRR++ skeleton alone \
          (`qdisc::testing::DrrFloor`): no CAKE can be faster.\n\n\
@@ -383,12 +391,25 @@ mod tests {
         let md = matrix(&rows).to_markdown();
         let lines: Vec<&str> = md.lines().collect();
         assert_eq!(
-            lines[2],
-            "| CAKE diffserv3, triple-isolate | 1024 | **47.9 / 46.9** | 48.6 / 46.9 |"
+            lines[0],
+            "| qdisc | time | 1 flow | 64 flows | 1024 flows | 10 000 flows |"
         );
-        assert!(lines[3].starts_with("| DRR++ floor (`qdisc::testing::DrrFloor`), 1000 B | 1024 |"));
-        assert_eq!(lines[4], "| `a_new_bench/unlimited/1` |  | 1.0 / 0.9 | - |");
-        assert_eq!(lines.len(), 5);
+        assert_eq!(
+            lines[2],
+            "| CAKE diffserv3, triple-isolate | unlimited | - | - | **47.9 / 46.9** | - |"
+        );
+        assert_eq!(
+            lines[3],
+            "| CAKE diffserv3, triple-isolate | shaped 10 Gbit | - | - | 48.6 / 46.9 | - |"
+        );
+        assert!(lines[4].starts_with(
+            "| DRR++ floor (`qdisc::testing::DrrFloor`), 1000 B | unlimited | - | - | 23.9"
+        ));
+        assert_eq!(
+            lines[5],
+            "| `a_new_bench/unlimited/1` |  | 1.0 / 0.9 |  |  |  |"
+        );
+        assert_eq!(lines.len(), 6);
         let g = goals(&rows).join(" ");
         assert!(
             g.contains("47.9 ns, met") && g.contains("0.50, not met"),

@@ -405,6 +405,51 @@ fn measure(
     })
 }
 
+/// The result as one row per configured rate and one column per shaper measured ("measured
+/// Mbit/s (error %)"), with the rows' notes as lines to print below the table.
+fn accuracy_table(rates: &[u64], rows: &[Row]) -> (Table, Vec<String>) {
+    let shapers: Vec<Shaper> = [Shaper::Htb, Shaper::Tbf, Shaper::Cake]
+        .into_iter()
+        .filter(|s| rows.iter().any(|r| r.shaper == *s))
+        .collect();
+    let mut headers = vec!["configured".to_string()];
+    headers.extend(
+        shapers
+            .iter()
+            .map(|s| format!("{} Mbit/s (error %)", s.name())),
+    );
+    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut notes = Vec::new();
+    for &rate in rates {
+        let mut cells = vec![tc_rate(rate)];
+        for &s in &shapers {
+            let Some(r) = rows.iter().find(|r| r.shaper == s && r.configured == rate) else {
+                cells.push("-".into());
+                continue;
+            };
+            let mut cell = match (r.measured, r.error_pct()) {
+                (Some(m), Some(e)) => format!("{:.3} ({e:+.3})", m / 1e6),
+                _ => "-".into(),
+            };
+            if !r.note.is_empty() {
+                cell.push_str(" *");
+                let offered = r.offered.map_or(String::new(), |o| {
+                    format!(" (offered {:.1} Mbit/s)", o / 1e6)
+                });
+                notes.push(format!(
+                    "- \\* {} at {}: {}{offered}.",
+                    s.name(),
+                    tc_rate(rate),
+                    r.note
+                ));
+            }
+            cells.push(cell);
+        }
+        t.push(cells);
+    }
+    (t, notes)
+}
+
 fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
     let root = repo_root();
     let out = args
@@ -412,24 +457,7 @@ fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
         .clone()
         .unwrap_or_else(|| root.join("benches/results"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let mut t = Table::new(&[
-        "shaper",
-        "configured",
-        "measured Mbit/s",
-        "error %",
-        "offered Mbit/s",
-        "note",
-    ]);
-    for r in rows {
-        t.push(vec![
-            r.shaper.name().into(),
-            tc_rate(r.configured),
-            r.measured.map_or("-".into(), |m| format!("{:.3}", m / 1e6)),
-            r.error_pct().map_or("-".into(), |e| format!("{e:+.3}")),
-            r.offered.map_or("-".into(), |m| format!("{:.1}", m / 1e6)),
-            r.note.clone(),
-        ]);
-    }
+    let (t, notes) = accuracy_table(rates, rows);
     let stem = if args.smoke {
         "accuracy-smoke"
     } else {
@@ -476,8 +504,9 @@ fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
          UDP ({}-byte payloads) offered at {}x the configured rate from a namespace through \
          the shaper on a veth; *measured* is the shaper's egress veth `tx_bytes` (L2 frames, \
          no FCS, as HTB/TBF and CAKE `raw` count them) over a {} s window after {} s of warm-up. \
-         Error = measured / configured - 1. Goal G9: |error| <= 0.1 % and never above HTB's.\n\n\
-         {}\n![accuracy](benches/results/{stem}.png){}\n",
+         Cells: measured Mbit/s (error = measured / configured - 1, in %). Goal G9: |error| <= \
+         0.1 % and never above HTB's.\n\n\
+         {}{}\n![accuracy](benches/results/{stem}.png){}\n",
         utc_now(),
         machine_line(),
         load_average(),
@@ -486,6 +515,11 @@ fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
         args.window,
         args.warmup,
         t.to_markdown(),
+        if notes.is_empty() {
+            String::new()
+        } else {
+            format!("\n{}\n", notes.join("\n"))
+        },
         if drawn == cakewalk_benches::plot::Drawn::WithoutText {
             " (drawn without text: no font found)"
         } else {
@@ -529,5 +563,48 @@ mod tests {
     fn a_failed_repetition_is_never_hidden_by_the_median() {
         let mut v = vec![row(Some(99e6)), row(None), row(Some(100e6))];
         assert!(median_row(&mut v).measured.is_none());
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_rate_a_column_per_shaper_and_notes_below() {
+        let rows = vec![
+            Row {
+                shaper: Shaper::Htb,
+                configured: 1_000_000_000,
+                measured: Some(800e6),
+                offered: Some(800.8e6),
+                note: "not saturated".into(),
+            },
+            Row {
+                shaper: Shaper::Cake,
+                configured: 1_000_000_000,
+                measured: Some(999e6),
+                offered: Some(1500e6),
+                note: String::new(),
+            },
+            Row {
+                shaper: Shaper::Cake,
+                configured: 10_000_000,
+                measured: None,
+                offered: None,
+                note: String::new(),
+            },
+        ];
+        let (t, notes) = accuracy_table(&[10_000_000, 1_000_000_000], &rows);
+        let md = t.to_markdown();
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(
+            lines[0],
+            "| configured | kernel HTB Mbit/s (error %) | cakewalk CAKE (afpacket) Mbit/s (error %) |"
+        );
+        assert_eq!(lines[2], "| 10mbit | - | - |");
+        assert_eq!(
+            lines[3],
+            "| 1gbit | 800.000 (-20.000) * | 999.000 (-0.100) |"
+        );
+        assert_eq!(
+            notes,
+            ["- \\* kernel HTB at 1gbit: not saturated (offered 800.8 Mbit/s)."]
+        );
     }
 }

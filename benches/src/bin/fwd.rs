@@ -311,7 +311,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let body = format!(
         "## Forwarding engine, one core (`benches/src/bin/fwd.rs`)\n\n\
          {} on {} (load average at the end: {}). Command: `cargo run --release -p cakewalk-benches --bin fwd -- --seconds {seconds} --warmup {warmup} --reps {reps} --write`.\n\
-         The built-in generator (64-byte frames, 1024 flows) feeds the engine's one pinned worker (burst 32), which forwards into a null sink; each row is paired with a bare port loop (rx -> tx, nothing else) run just before it on the same core, and the medians of {reps} are shown. No target ratio here (the DPDK section has the goals); the machine is shared: compare ratios within the table, not across runs.\n\n{table}\n![fwd](benches/results/fwd.png)\n",
+         The built-in generator (64-byte frames, 1024 flows) feeds the engine's one pinned worker (burst 32), which forwards into a null sink. `vs bare`: the median of {reps} pairs of the row and a bare port loop (rx -> tx, nothing else) run just before it on the same core.\n\n{table}\n![fwd](benches/results/fwd.png)\n",
         utc_now(),
         machine,
         load_average(),

@@ -658,6 +658,70 @@ fn measure_traffic(
     })
 }
 
+/// The result as one row per shaper and queue count and one column per test, each cell the
+/// loaded p50 / p99 in ms and the throughput (up, or up / down for rrul); base p50 is the
+/// median of the row's idle probes. Rows' notes come back as lines for below the table.
+fn latency_table(rows: &[Row]) -> (Table, Vec<String>) {
+    let mut tests: Vec<Test> = Vec::new();
+    let mut groups: Vec<(String, String)> = Vec::new();
+    for r in rows {
+        if !tests.contains(&r.plan.test) {
+            tests.push(r.plan.test);
+        }
+        let key = (r.plan.middle.label(), r.plan.middle.queues());
+        if !groups.contains(&key) {
+            groups.push(key);
+        }
+    }
+    let mut headers = vec!["shaper".to_string(), "queues".into(), "base p50".into()];
+    headers.extend(tests.iter().map(|t| t.label()));
+    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut notes = Vec::new();
+    for (label, queues) in groups {
+        let mine: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.plan.middle.label() == label && r.plan.middle.queues() == queues)
+            .collect();
+        let mut bases: Vec<f64> = mine.iter().filter_map(|r| r.base.p50_ms).collect();
+        bases.sort_by(f64::total_cmp);
+        let mut cells = vec![
+            label.clone(),
+            queues.clone(),
+            ms(bases.get(bases.len() / 2).copied()),
+        ];
+        for test in &tests {
+            let Some(r) = mine.iter().find(|r| r.plan.test == *test) else {
+                cells.push("-".into());
+                continue;
+            };
+            let through = match test {
+                Test::Rrul => format!("{} / {}", mbit(r.up_bps), mbit(r.down_bps)),
+                _ => mbit(r.up_bps),
+            };
+            let mut cell = format!(
+                "{} / {} ({through})",
+                ms(r.loaded.p50_ms),
+                ms(r.loaded.p99_ms)
+            );
+            match r.loaded.loss_pct {
+                Some(l) if l >= 0.05 => cell.push_str(&format!(", loss {l:.1} %")),
+                _ => {}
+            }
+            if !r.note.is_empty() {
+                cell.push_str(" *");
+                notes.push(format!(
+                    "- \\* {label}, {queues} queues, {}: {}.",
+                    test.label(),
+                    r.note
+                ));
+            }
+            cells.push(cell);
+        }
+        t.push(cells);
+    }
+    (t, notes)
+}
+
 fn write_results(args: &Args, rate: u64, probe: Probe, rows: &[Row]) -> Result<()> {
     let root = repo_root();
     let out = args
@@ -665,34 +729,7 @@ fn write_results(args: &Args, rate: u64, probe: Probe, rows: &[Row]) -> Result<(
         .clone()
         .unwrap_or_else(|| root.join("benches/results"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let mut t = Table::new(&[
-        "shaper",
-        "queues",
-        "diffserv",
-        "test",
-        "base p50",
-        "loaded p50",
-        "loaded p99",
-        "loss %",
-        "up Mbit/s",
-        "down Mbit/s",
-        "note",
-    ]);
-    for r in rows {
-        t.push(vec![
-            r.plan.middle.label(),
-            r.plan.middle.queues(),
-            r.plan.test.diffserv().into(),
-            r.plan.test.label(),
-            ms(r.base.p50_ms),
-            ms(r.loaded.p50_ms),
-            ms(r.loaded.p99_ms),
-            r.loaded.loss_pct.map_or("-".into(), |l| format!("{l:.1}")),
-            mbit(r.up_bps),
-            mbit(r.down_bps),
-            r.note.clone(),
-        ]);
-    }
+    let (t, notes) = latency_table(rows);
     let stem = if args.smoke {
         "latency-smoke"
     } else {
@@ -760,16 +797,27 @@ fn write_results(args: &Args, rate: u64, probe: Probe, rows: &[Row]) -> Result<(
          upstreams (besteffort); rrul = 4 up + 4 down TCP streams marked BE/CS1/CS5/EF \
          (diffserv3); unequal = one UDP flow at 1.5x the rate plus 8 light UDP flows (2 % each), \
          so one TX queue holds nearly all the demand. Throughput is what left the shaper \
-         (egress `tx_bytes`) each way over the loaded window; latencies in ms. Goal G12: loaded p50 - base p50 \
-         <= 5 ms, p99 <= 15 ms and <= 1/10 of the FIFO reference; G11: unequal aggregate within \
-         1 % of the rate with work-conserving sync.\n\n{}\n![latency](benches/results/{stem}.png){}\n",
+         (egress `tx_bytes`) each way over the loaded window. Cells: loaded p50 / p99 ms \
+         (Mbit/s up, or up / down for rrul); base p50: the median of the row's idle probes, ms. \
+         Goal G12: loaded p50 - base p50 <= 5 ms, p99 <= 15 ms and <= 1/10 of the FIFO \
+         reference; G11: unequal aggregate within 1 % of the rate with work-conserving \
+         sync.\n\n{}{}\n![latency](benches/results/{stem}.png){}\n",
         utc_now(),
         machine_line(),
         load_average(),
         tc_rate(rate),
         probe.name(),
         t.to_markdown(),
-        if drawn == Drawn::WithoutText { " (drawn without text: no font found)" } else { "" },
+        if notes.is_empty() {
+            String::new()
+        } else {
+            format!("\n{}\n", notes.join("\n"))
+        },
+        if drawn == Drawn::WithoutText {
+            " (drawn without text: no font found)"
+        } else {
+            ""
+        },
     );
     publish(
         &root,
@@ -811,5 +859,58 @@ mod tests {
         let l = summarize(Vec::new(), 10);
         assert!(l.p50_ms.is_none());
         assert_eq!(l.loss_pct, Some(100.0));
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_shaper_and_queue_count_and_a_column_per_test() {
+        let lat = |p50, p99| Latency {
+            p50_ms: Some(p50),
+            p99_ms: Some(p99),
+            loss_pct: Some(0.0),
+        };
+        let row = |middle: Middle, test, base, up, note: &str| Row {
+            plan: Plan { middle, test },
+            base: lat(base, base),
+            loaded: lat(1.0, 2.0),
+            up_bps: Some(up),
+            down_bps: Some(50e6),
+            note: note.into(),
+        };
+        let cake = |queues| Middle::Cake {
+            queues,
+            sync: "equal",
+        };
+        let rows = vec![
+            row(Middle::KernelFifo, Test::Nup(8), 0.1, 99.8e6, ""),
+            row(cake(2), Test::Nup(8), 0.2, 100e6, ""),
+            row(cake(2), Test::Rrul, 0.4, 72.8e6, ""),
+            row(
+                cake(2),
+                Test::Unequal,
+                0.3,
+                99.5e6,
+                "no probe replies under load",
+            ),
+        ];
+        let (t, notes) = latency_table(&rows);
+        let md = t.to_markdown();
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(
+            lines[0],
+            "| shaper | queues | base p50 | nup8 | rrul | unequal |"
+        );
+        assert_eq!(
+            lines[2],
+            "| kernel HTB+pfifo | 1 | 0.10 | 1.00 / 2.00 (99.8) | - | - |"
+        );
+        assert_eq!(
+            lines[3],
+            "| cakewalk CAKE equal | 2 | 0.30 | 1.00 / 2.00 (100.0) | 1.00 / 2.00 (72.8 / 50.0) \
+             | 1.00 / 2.00 (99.5) * |"
+        );
+        assert_eq!(
+            notes,
+            ["- \\* cakewalk CAKE equal, 2 queues, unequal: no probe replies under load."]
+        );
     }
 }

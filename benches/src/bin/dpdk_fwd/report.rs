@@ -37,14 +37,12 @@ pub(crate) fn write_section(
          dpdk_fwd: {} ({}); load {}; {} s x {} reps per row, interleaved; {}-byte frames ({} on the wire), {} flows, burst {BURST}; \
          `net_pcap,infinite_rx=1` -> `net_null` on one pinned core\n\n\
          Command: `sudo hugepage-setup reserve --pages 512 && cargo run --release -p cakewalk-benches --features dpdk --bin dpdk_fwd -- --seconds {} --reps {} --write`\n\n{}\n\
-         Inline rows do the engine's per-packet work with one TX queue in one loop \
-         (`TxQueue::enqueue_burst`, which parses with `wire::parse_into` only when the \
-         queue needs a frame's meta, then a tx burst); engine rows run the forwarder's engine \
-         itself (one busy-polling worker, queues from `app::build_queues`). The shaped row asks \
-         for 90 % of what shaped CAKE carried in calibration runs. `drr floor` is the `cake` row \
-         with CAKE's DRR++ skeleton alone (`qdisc::testing::DrrFloor`) in its place: no CAKE can \
-         beat it. Each ratio is the median over the reps of the row's rate over a bare run made \
-         just before it. Goals (docs/design.md), this run: {goals}. The machine is shared: compare ratios, not runs.{}",
+         Inline rows do the engine's per-packet work in one loop (`TxQueue::enqueue_burst`, \
+         then a tx burst); engine rows run the forwarder's engine (one busy-polling worker). \
+         The shaped row asks for 90 % of what shaped CAKE carried in calibration runs; `drr \
+         floor` is the `cake` row with CAKE's DRR++ skeleton alone (`qdisc::testing::DrrFloor`). \
+         Ratio: the median over the reps of the row over a bare run made just before it. Goals \
+         (docs/design.md): {goals}.{}",
         machine.line,
         cakewalk_benches::report::utc_now(),
         cakewalk_benches::report::load_average(),
@@ -60,11 +58,10 @@ pub(crate) fn write_section(
             None => String::new(),
             Some(st) => format!(
                 "\n\n### Thread scaling on DPDK vdevs\n\n\
-                 Threads {:?}, each its own pinned lcore (cores {}) with its own \
-                 `net_pcap,infinite_rx=1` -> `net_null` pair, mbuf pool and TX queue of one \
-                 `qdisc::mq::MultiQueue` (CAKE unlimited). Mpps is summed over the threads; \
-                 ratios and added ns per frame per thread are medians against a bare run of \
-                 the same thread count made just before each row.\n\n{}",
+                 Threads {:?}, each on its own lcore (cores {}) with its own `net_pcap` -> \
+                 `net_null` pair and TX queue of one `qdisc::mq::MultiQueue` (CAKE unlimited). \
+                 Mpps is summed over the threads; ratios are against a bare run of the same \
+                 thread count.\n\n{}",
                 machine.threads,
                 machine.cores[..max_threads]
                     .iter()
@@ -78,12 +75,10 @@ pub(crate) fn write_section(
     let body = if let Some(wt) = two_workers {
         format!(
             "{body}\n\n### The engine with two workers: TX queue choice\n\n\
-             The engine, two busy-polling workers, on a `net_pcap` with two receive queues \
-             -> `net_null` with two TX queues, CAKE unlimited with the bypass. `flow-hash` \
-             picks a frame's TX queue by flow hash, so about half go to the other worker's \
-             queue (its intake or hand-off ring; a full one drops); `worker` sends on the \
-             worker's own queue (Linux's XPS). Dropped = 1 - delivered / received; medians \
-             over {} reps.\n\n{}",
+             Two busy-polling workers, two RX and two TX queues, CAKE unlimited with the \
+             bypass. `flow-hash` sends about half the frames to the other worker's queue (a full \
+             intake drops); `worker` sends on the worker's own (Linux's XPS). Medians over {} \
+             reps.\n\n{}",
             args.reps,
             wt.to_markdown().trim_end()
         )

@@ -356,8 +356,10 @@ impl Reporter {
         let s = &self.sources;
         let snap = s.counters.snapshot();
         let layout = snap.layout;
+        // Rates are over the time since the last interval report, except in the final report,
+        // where they are over the whole run: its last interval is only the drain.
         let (dt, prev) = match &self.last {
-            Some((p, t)) if elapsed_s > *t => (elapsed_s - t, Some(p)),
+            Some((p, t)) if !final_report && elapsed_s > *t => (elapsed_s - t, Some(p)),
             _ => (elapsed_s.max(1e-9), None),
         };
         let delta = prev.map(|p| snap.delta(p));
@@ -1002,5 +1004,42 @@ mod tests {
         assert!(r.final_text().contains(&line), "{}", r.final_text());
         r.drops.clear();
         assert_eq!(r.drops_line(), None);
+    }
+
+    #[test]
+    fn the_final_report_gives_rates_over_the_whole_run() {
+        let layout = crate::counters::Layout {
+            ports: 2,
+            queues: 1,
+        };
+        let counters = Arc::new(WorkerCounters::new(layout, 1));
+        let sent = |bytes: u64| {
+            let mut local = vec![0u64; layout.len()];
+            local[layout.egress(1, crate::counters::egress::TX_BYTES)] = bytes;
+            counters.block(0).publish(&local);
+        };
+        let mut r = Reporter::new(Sources {
+            port_names: vec!["a".into(), "b".into()],
+            counters: Arc::clone(&counters),
+            queues: Vec::new(),
+            synth: Vec::new(),
+            handoff: Box::new(|_| 0),
+            backend: Vec::new(),
+            directions: Vec::new(),
+        });
+        sent(1000);
+        assert_eq!(r.report(1.0).ports[1].tx_bps, 8000.0);
+        sent(1010);
+        assert_eq!(
+            r.report(2.0).ports[1].tx_bps,
+            80.0,
+            "an interval: since the last report"
+        );
+        sent(1020);
+        assert_eq!(
+            r.final_report(4.0).ports[1].tx_bps,
+            1020.0 * 8.0 / 4.0,
+            "the final report: over the whole run, not its drain"
+        );
     }
 }

@@ -591,7 +591,7 @@ mod cake_sync {
 
     #[test]
     fn rate_syncs_never_change_cakes_dequeue_order() {
-        let mut reference = Cake::new(&config()).unwrap();
+        let mut reference: Cake<Pkt> = Cake::new(&config()).unwrap();
         for (p, m) in packets() {
             reference.enqueue(0, p, &m);
         }

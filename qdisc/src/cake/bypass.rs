@@ -32,7 +32,7 @@ struct LengthSums {
     avg_netoff_fp: u64,
 }
 
-impl<P: Packet> Cake<P> {
+impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     pub(super) fn bypass_burst_inner(
         &mut self,
         now_ns: u64,

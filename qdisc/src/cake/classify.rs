@@ -4,11 +4,11 @@
 
 use super::{
     flow_hash, host_hash, host_load_in, scaled_quantum, tin_of, Cake, Classification, FlowMode,
-    FlowSet, FLOWS_PER_TIN, MAX_TINS, SET_WAYS,
+    FlowSet, MAX_TINS, SET_WAYS,
 };
 use crate::{cold_path, Packet, PacketMeta};
 
-impl<P: Packet> Cake<P> {
+impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     /// Picks the tin (sch_cake.c `cake_select_tin`).
     #[inline]
     pub(super) fn select_tin(&self, meta: &PacketMeta) -> usize {
@@ -61,7 +61,7 @@ impl<P: Packet> Cake<P> {
     pub fn classify(&self, meta: &PacketMeta) -> Classification {
         let tin = self.select_tin(meta);
         let (hash, used_l4_hash) = self.hash_of(meta);
-        let base = tin * FLOWS_PER_TIN;
+        let base = tin * FLOWS;
         let mut c = Classification {
             tin,
             tin_name: self.tin_names.get(tin).copied().unwrap_or("?"),
@@ -74,7 +74,7 @@ impl<P: Packet> Cake<P> {
         if self.config.flow_mode == FlowMode::Flowblind {
             return c;
         }
-        let i = (hash as usize) % FLOWS_PER_TIN;
+        let i = (hash as usize) % FLOWS;
         let outer = i - i % SET_WAYS;
         let ways = (0..SET_WAYS).map(|k| outer + (i % SET_WAYS + k) % SET_WAYS);
         let flow = ways
@@ -89,7 +89,7 @@ impl<P: Packet> Cake<P> {
         let f = &self.flows[base + flow];
         let reuse = self.tags[base + flow] == hash && f.set != FlowSet::None;
         let host = |h: u32, dst: bool| -> usize {
-            let i = (h as usize) % FLOWS_PER_TIN;
+            let i = (h as usize) % FLOWS;
             let outer = i - i % SET_WAYS;
             let ways = (0..SET_WAYS).map(|k| outer + (i % SET_WAYS + k) % SET_WAYS);
             let tag = |j: usize| {
@@ -126,12 +126,12 @@ impl<P: Packet> Cake<P> {
     /// the global flow id.
     #[inline(always)]
     pub(super) fn lookup(&mut self, tin: usize, meta: &PacketMeta) -> usize {
-        let base = tin * FLOWS_PER_TIN;
+        let base = tin * FLOWS;
         if self.config.flow_mode == FlowMode::Flowblind {
             return base;
         }
         let (hash, _) = self.hash_of(meta);
-        let i = (hash as usize) % FLOWS_PER_TIN;
+        let i = (hash as usize) % FLOWS;
         if self.tags[base + i] == hash && self.flows[base + i].set != FlowSet::None {
             self.stats.tins[tin].way_directs += 1;
             return base + i;
@@ -202,7 +202,7 @@ impl<P: Packet> Cake<P> {
     /// Finds or takes a host entry for `h` in the tin at `base`; returns its index in the
     /// tin.
     pub(super) fn alloc_host(&mut self, base: usize, h: u32, dst: bool) -> usize {
-        let i = (h as usize) % FLOWS_PER_TIN;
+        let i = (h as usize) % FLOWS;
         let inner = i % SET_WAYS;
         let outer = i - inner;
         let get = |j: usize| {
@@ -238,7 +238,7 @@ impl<P: Packet> Cake<P> {
 
     #[inline]
     pub(super) fn inc_host_bulk(&mut self, fid: usize) {
-        let base = fid - fid % FLOWS_PER_TIN;
+        let base = fid - fid % FLOWS;
         let f = self.flows[fid];
         if self.dsrc {
             let h = &mut self.src_bulk[base + usize::from(f.srchost)];
@@ -252,7 +252,7 @@ impl<P: Packet> Cake<P> {
 
     #[inline]
     pub(super) fn dec_host_bulk(&mut self, fid: usize) {
-        let base = fid - fid % FLOWS_PER_TIN;
+        let base = fid - fid % FLOWS;
         let f = self.flows[fid];
         if self.dsrc {
             let h = &mut self.src_bulk[base + usize::from(f.srchost)];
@@ -268,7 +268,7 @@ impl<P: Packet> Cake<P> {
     /// u16, or 0) added before the shift to avoid accumulating round-off.
     #[inline(always)]
     pub(super) fn flow_quantum(&self, fid: usize, dither: u32) -> i32 {
-        let tin = tin_of(fid);
+        let tin = tin_of::<FLOWS>(fid);
         let load = self.host_load(fid, self.dsrc, self.ddst);
         scaled_quantum(self.tins[tin].flow_quantum, load, dither)
     }
@@ -277,7 +277,7 @@ impl<P: Packet> Cake<P> {
     /// `dsrc` and `ddst` say count (0 when neither counts; [`QUANTUM_DIV`] reads 0 as 1).
     #[inline(always)]
     pub(super) fn host_load(&self, fid: usize, dsrc: bool, ddst: bool) -> u16 {
-        let t = tin_of(fid);
+        let t = tin_of::<FLOWS>(fid);
         let bulk = (self.src_bulk.tin(t), self.dst_bulk.tin(t));
         host_load_in(&self.flows[fid], bulk, dsrc, ddst)
     }

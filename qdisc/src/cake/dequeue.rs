@@ -6,18 +6,18 @@ use super::cobalt::Verdict;
 use super::stats::ewma;
 use super::{
     div_quantum, host_load_in, scaled_quantum, wyrand, Cake, FlowSet, ListId, Popped,
-    DELAY_SAMPLE_EVERY, DEQUEUE_VISIT_BUDGET, FLOWS_PER_TIN, MAX_TINS, NIL, NIL16,
+    DELAY_SAMPLE_EVERY, MAX_TINS, NIL, NIL16,
 };
 use crate::{cold_path, Dequeue, DropReason, Packet};
 
-impl<P: Packet> Cake<P> {
+impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     pub(super) fn dequeue_inner(&mut self, now: u64) -> Dequeue<P> {
         let now = self.clamp_now(now);
         let mut first_flow = true;
         // Every visit that does not deliver either refills a deficit, drops a packet or
         // moves an empty flow on, so the loop ends; bound those visits anyway, so that
         // corrupted state can never hang the caller.
-        let mut budget = DEQUEUE_VISIT_BUDGET;
+        let mut budget = Self::DEQUEUE_VISIT_BUDGET;
         'begin: loop {
             // Whether an ingress-mode AQM drop charged the shaper since the gate below was
             // last checked: the gate must then be checked again before anything is sent.
@@ -138,7 +138,7 @@ impl<P: Packet> Cake<P> {
                 };
                 let fid = usize::from(head);
                 first_flow = false;
-                self.cur_flow = fid % FLOWS_PER_TIN;
+                self.cur_flow = fid % FLOWS;
 
                 if self.flows[fid].deficit <= 0 {
                     if which == ListId::Old {
@@ -308,7 +308,7 @@ impl<P: Packet> Cake<P> {
         let (credit, new_head) = end;
         self.rng = rng;
         if !credit {
-            self.cur_flow = fid % FLOWS_PER_TIN;
+            self.cur_flow = fid % FLOWS;
         }
         self.rotate_old_list(t, head, new_head);
         credit.then_some(left)

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::{cold_path, DropReason, Enqueued, Packet, PacketMeta, TcpAckInfo};
 
-impl<P: Packet> Cake<P> {
+impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     #[inline]
     pub(super) fn clamp_now(&mut self, now: u64) -> u64 {
         if now < self.last_now {
@@ -35,7 +35,7 @@ impl<P: Packet> Cake<P> {
         }
         self.overflow_timeout = OVERFLOW_TIMEOUT;
         let fid = self.heap.root();
-        let t = tin_of(fid);
+        let t = tin_of::<FLOWS>(fid);
         let Some(s) = self.pop_head(t, fid) else {
             self.overflow_timeout = 0;
             return None;
@@ -291,7 +291,7 @@ impl<P: Packet> Cake<P> {
         let v = &self.slots[victim as usize];
         let (len, foot) = (u64::from(v.len), u64::from(v.footprint));
         self.flows[fid].backlog -= len;
-        self.stats.tins[tin_of(fid)].backlog_bytes -= len;
+        self.stats.tins[tin_of::<FLOWS>(fid)].backlog_bytes -= len;
         self.backlog -= len;
         self.buffer_used -= foot;
         self.qlen -= 1;

@@ -2,10 +2,10 @@
 //! counters against the queues and lists they summarise, the host bulk counts and the
 //! overflow heap. Meant for tests and fuzzing.
 
-use super::{Cake, FlowSet, ListId, FLOWS_PER_TIN, MAX_TINS, NIL, NIL16};
+use super::{Cake, FlowSet, ListId, MAX_TINS, NIL, NIL16};
 use crate::Packet;
 
-impl<P: Packet> Cake<P> {
+impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     /// Checks the internal invariants (counters against lists and queues). Costs a walk
     /// of every flow and packet; meant for tests and fuzzing.
     ///
@@ -18,7 +18,7 @@ impl<P: Packet> Cake<P> {
         for t in 0..MAX_TINS {
             let (mut sparse, mut bulk, mut decaying) = (0u32, 0u32, 0u32);
             let mut tin_backlog = 0u64;
-            for fid in t * FLOWS_PER_TIN..(t + 1) * FLOWS_PER_TIN {
+            for fid in t * FLOWS..(t + 1) * FLOWS {
                 let f = &self.flows[fid];
                 let mut s = f.head;
                 let mut fb = 0u64;
@@ -95,7 +95,7 @@ impl<P: Packet> Cake<P> {
                         return Err(format!("list {w:?} of tin {t} broken at flow {fid}"));
                     }
                     listed += 1;
-                    if listed > FLOWS_PER_TIN {
+                    if listed > FLOWS {
                         return Err("flow list cycle".into());
                     }
                     prev = fid;
@@ -120,16 +120,16 @@ impl<P: Packet> Cake<P> {
         }
         if self.dsrc || self.ddst {
             for t in 0..MAX_TINS {
-                let base = t * FLOWS_PER_TIN;
-                let mut src = vec![0u32; FLOWS_PER_TIN];
-                let mut dst = vec![0u32; FLOWS_PER_TIN];
-                for fid in base..base + FLOWS_PER_TIN {
+                let base = t * FLOWS;
+                let mut src = vec![0u32; FLOWS];
+                let mut dst = vec![0u32; FLOWS];
+                for fid in base..base + FLOWS {
                     if self.flows[fid].set == FlowSet::Bulk {
                         src[usize::from(self.flows[fid].srchost)] += 1;
                         dst[usize::from(self.flows[fid].dsthost)] += 1;
                     }
                 }
-                for h in 0..FLOWS_PER_TIN {
+                for h in 0..FLOWS {
                     let (sb, db) = (self.src_bulk[base + h], self.dst_bulk[base + h]);
                     if self.dsrc && u32::from(sb) != src[h] {
                         return Err(format!("tin {t} src host {h} bulk {} != {}", sb, src[h]));

@@ -5,13 +5,13 @@
 use super::{tin_of, Cake, Link, ListId, NIL, NIL16};
 use crate::Packet;
 
-impl<P: Packet> Cake<P> {
+impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     #[inline(always)]
     pub(super) fn list_unlink(&mut self, fid: usize) {
         let Some(which) = self.flows[fid].list else {
             return;
         };
-        let list = &mut self.tins[tin_of(fid)].lists[which];
+        let list = &mut self.tins[tin_of::<FLOWS>(fid)].lists[which];
         let Link { next, prev } = self.links[fid];
         if prev == NIL16 {
             list.head = next;
@@ -29,7 +29,7 @@ impl<P: Packet> Cake<P> {
 
     #[inline(always)]
     pub(super) fn list_push_tail(&mut self, fid: usize, which: ListId) {
-        let tin = tin_of(fid);
+        let tin = tin_of::<FLOWS>(fid);
         let list = &mut self.tins[tin].lists[which];
         let old_tail = list.tail;
         if old_tail == NIL16 {
@@ -55,7 +55,7 @@ impl<P: Packet> Cake<P> {
     /// visits does: the unlink needs no `prev` and the flow's list is known.
     #[inline(always)]
     pub(super) fn list_move_head_to_tail(&mut self, fid: usize, from: ListId, to: ListId) {
-        let tin = tin_of(fid);
+        let tin = tin_of::<FLOWS>(fid);
         debug_assert_eq!(self.flows[fid].list, Some(from));
         debug_assert_eq!(usize::from(self.tins[tin].lists[from].head), fid);
         let next = self.links[fid].next;
@@ -97,7 +97,7 @@ impl<P: Packet> Cake<P> {
     /// still holds the packet.
     #[inline(always)]
     pub(super) fn pop_head(&mut self, t: usize, fid: usize) -> Option<u32> {
-        debug_assert_eq!(t, tin_of(fid));
+        debug_assert_eq!(t, tin_of::<FLOWS>(fid));
         let s = self.flows[fid].head;
         if s == NIL {
             return None;

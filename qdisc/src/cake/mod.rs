@@ -101,22 +101,28 @@ use heap::OverflowHeap;
 use shaper::{Clock, Overhead, RateNs};
 use table::FlowTable;
 
-/// Flow queues per tin.
+/// Flow queues per tin of the link-wide instance: the default of [`Cake`]'s `FLOWS`, as in
+/// Linux's `CAKE_QUEUES`.
 pub const FLOWS_PER_TIN: usize = 1024;
+/// Flow queues per tin of a subscriber's instance ([`SubscriberCake`]).
+///
+/// 64 buckets are 8 sets of [`SET_WAYS`] ways. Two flows share a queue only when more than
+/// 8 of a tin's active (queued or decaying) flows hash into one set: with 16 such flows in
+/// one tin of one subscriber the chance that any set overflows is 0.03 %, with 20 0.3 %,
+/// with 24 1.3 %, with 32 11 % (`tests::subscriber_collision_rates` computes these), and
+/// even then only the flows beyond the 8th of that set share. 32 buckets would overflow at
+/// 3 % with 16 flows and 16 % with 20; 128 would double the tables. A bucket costs 88
+/// bytes over the 8 tins' tables (flow record 64, links 4, tag 4, hosts 8, bulk counts 4,
+/// heap 4), so 64 buckets keep the tables at 44 KiB.
+pub const SUBSCRIBER_FLOWS_PER_TIN: usize = 64;
 /// Ways per set of the set-associative flow and host tables.
 pub const SET_WAYS: usize = 8;
-const ALL_FLOWS: usize = MAX_TINS * FLOWS_PER_TIN;
 /// Dequeues after an overflow during which the heap is kept up to date.
 const OVERFLOW_TIMEOUT: u32 = 65535;
 /// Autorate waits this long after a reconfigure before changing the rate again.
 const AUTORATE_HOLDOFF_NS: u64 = 250_000_000;
 /// Least credit the shaper may bank while busy (see `Cake::bound_catch_up`).
 const MAX_CATCH_UP_NS: u64 = 50_000_000;
-
-/// Bound on the flow visits of one dequeue that deliver nothing: more than a valid state can
-/// need (every flow refilled, emptied and moved a few times, plus every packet the queue
-/// can hold dropped by COBALT), and a constant so that no dequeue computes it.
-const DEQUEUE_VISIT_BUDGET: u32 = 4 * ALL_FLOWS as u32 + 2 * MAX_PACKET_LIMIT + 64;
 
 const NIL: u32 = u32::MAX;
 const NIL16: u16 = u16::MAX;
@@ -157,12 +163,13 @@ impl ListId {
 }
 
 /// Entries of [`QUANTUM_DIV`]: a power of two above any host's bulk count (at most the
-/// 1024 flows of its tin), so that a mask keeps the index in bounds without a clamp.
+/// flows of its tin, at most [`FLOWS_PER_TIN`] for every allowed `FLOWS`), so that a mask
+/// keeps the index in bounds without a clamp. One table serves every instance size.
 const QUANTUM_DIV_LEN: usize = 2 * FLOWS_PER_TIN;
 
 /// `65535 / n`: the host-fairness divisor table. A load of 0 (no bulk flow on either host)
-/// reads 1's divisor, so that no caller clamps the load to at least 1; loads above 1024
-/// cannot occur and read 1024's divisor.
+/// reads 1's divisor, so that no caller clamps the load to at least 1; loads above the
+/// flows of a tin cannot occur (those above 1024 read 1024's divisor).
 static QUANTUM_DIV: [u16; QUANTUM_DIV_LEN] = {
     let mut t = [65535u16; QUANTUM_DIV_LEN];
     let mut i = 1;
@@ -321,7 +328,7 @@ pub struct Classification {
     pub flow_hash: u32,
     /// True when the precomputed `l4_hash` was used as the flow hash.
     pub used_l4_hash: bool,
-    /// Flow queue within the tin (0..1024).
+    /// Flow queue within the tin (`0..FLOWS`, the instance's flows per tin).
     pub flow: usize,
     /// Source host entry within the tin, in dual-srchost and triple-isolate modes.
     pub src_host: Option<usize>,
@@ -340,9 +347,13 @@ struct Autorate {
     last_reconfig_time: u64,
 }
 
-/// One CAKE instance over packets of type `P`. See the module docs for the call protocol.
+/// One CAKE instance over packets of type `P` with `FLOWS` flow queues per tin (a power of
+/// two in `8..=1024`, checked at compile time): [`FLOWS_PER_TIN`] for the link-wide
+/// shaper, [`SUBSCRIBER_FLOWS_PER_TIN`] for a subscriber's ([`SubscriberCake`]). Every
+/// table is `MAX_TINS * FLOWS` entries, indexed through constant masks. See the module
+/// docs for the call protocol.
 #[derive(Debug, Clone)]
-pub struct Cake<P> {
+pub struct Cake<P, const FLOWS: usize = FLOWS_PER_TIN> {
     config: CakeConfig,
     tin_cnt: usize,
     tin_index: &'static [u8; 64],
@@ -366,12 +377,12 @@ pub struct Cake<P> {
 
     tins: [Tin; MAX_TINS],
     turns: [TinTurn; MAX_TINS],
-    flows: FlowTable<Flow>,
-    links: FlowTable<Link>,
-    tags: FlowTable<u32>,
-    hosts: FlowTable<Host>,
-    src_bulk: FlowTable<u16>,
-    dst_bulk: FlowTable<u16>,
+    flows: FlowTable<Flow, FLOWS>,
+    links: FlowTable<Link, FLOWS>,
+    tags: FlowTable<u32, FLOWS>,
+    hosts: FlowTable<Host, FLOWS>,
+    src_bulk: FlowTable<u16, FLOWS>,
+    dst_bulk: FlowTable<u16, FLOWS>,
     heap: OverflowHeap,
     overflow_timeout: u32,
 
@@ -385,6 +396,29 @@ pub struct Cake<P> {
     last_now: u64,
     autorate: Autorate,
     stats: CakeStats,
+}
+
+/// A subscriber's CAKE: [`SUBSCRIBER_FLOWS_PER_TIN`] flows per tin.
+pub type SubscriberCake<P> = Cake<P, SUBSCRIBER_FLOWS_PER_TIN>;
+
+impl<P, const FLOWS: usize> Cake<P, FLOWS> {
+    /// Every flow of every tin: the length of each flow table.
+    const ALL_FLOWS: usize = MAX_TINS * FLOWS;
+
+    /// Rejects, at compile time, a `FLOWS` the tables cannot take: whole sets of
+    /// [`SET_WAYS`], a power of two for the masks, host bulk counts within
+    /// [`QUANTUM_DIV`], and flow ids that fit the `u16` links and heap.
+    pub(super) const FLOWS_OK: () = assert!(
+        FLOWS.is_power_of_two() && FLOWS >= SET_WAYS && FLOWS <= FLOWS_PER_TIN,
+        "Cake's FLOWS must be a power of two in 8..=1024"
+    );
+
+    /// Bound on the flow visits of one dequeue that deliver nothing: more than a valid
+    /// state can need (every flow refilled, emptied and moved a few times, plus every
+    /// packet the queue can hold dropped by COBALT), and a constant so that no dequeue
+    /// computes it.
+    pub(super) const DEQUEUE_VISIT_BUDGET: u32 =
+        4 * Self::ALL_FLOWS as u32 + 2 * MAX_PACKET_LIMIT + 64;
 }
 
 #[inline]
@@ -416,27 +450,28 @@ fn div_quantum(x: u32, q: u32) -> u32 {
 /// [`Cake::host_load`] over one tin's bulk counts `(source, destination)`: the larger count
 /// of `f`'s hosts that `dsrc` and `ddst` say count, 0 when neither does.
 #[inline(always)]
-fn host_load_in(
+fn host_load_in<const FLOWS: usize>(
     f: &Flow,
-    (src_bulk, dst_bulk): (&[u16; FLOWS_PER_TIN], &[u16; FLOWS_PER_TIN]),
+    (src_bulk, dst_bulk): (&[u16; FLOWS], &[u16; FLOWS]),
     dsrc: bool,
     ddst: bool,
 ) -> u16 {
     let mut load = 0u16;
     if dsrc {
-        load = load.max(src_bulk[usize::from(f.srchost) % FLOWS_PER_TIN]);
+        load = load.max(src_bulk[usize::from(f.srchost) % FLOWS]);
     }
     if ddst {
-        load = load.max(dst_bulk[usize::from(f.dsthost) % FLOWS_PER_TIN]);
+        load = load.max(dst_bulk[usize::from(f.dsthost) % FLOWS]);
     }
     load
 }
 
-/// The tin of global flow id `fid`, reduced modulo `MAX_TINS` (a no-op for a valid id) so
-/// that per-tin arrays index it without a bounds check.
+/// The tin of global flow id `fid` in an instance of `FLOWS` flows per tin, reduced modulo
+/// `MAX_TINS` (a no-op for a valid id) so that per-tin arrays index it without a bounds
+/// check.
 #[inline(always)]
-fn tin_of(fid: usize) -> usize {
-    (fid / FLOWS_PER_TIN) % MAX_TINS
+fn tin_of<const FLOWS: usize>(fid: usize) -> usize {
+    (fid / FLOWS) % MAX_TINS
 }
 
 #[inline]
@@ -444,7 +479,7 @@ fn clamp_u32(v: usize) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
 
-impl<P: Packet> Qdisc<P> for Cake<P> {
+impl<P: Packet, const FLOWS: usize> Qdisc<P> for Cake<P, FLOWS> {
     fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Enqueued {
         self.enqueue_inner(now_ns, pkt, meta)
     }

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::Packet;
 
-impl<P: Packet> Cake<P> {
+impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     /// Sets every tin's rate and, unless `rate_only`, its COBALT parameters and flow
     /// quantum, plus the memory limit (sch_cake.c `cake_configure_rates` after a3729e0df005:
     /// never purges, never moves cursors).

@@ -10,17 +10,19 @@ use super::shaper::{Clock, Overhead, RateNs};
 use super::table::FlowTable;
 use super::{
     AckFilterMode, Autorate, Cake, CakeConfig, CakeStats, ConfigError, Flow, FlowSet, Host, Link,
-    ListId, Slot, TinTurn, ALL_FLOWS, FLOWS_PER_TIN, NIL,
+    ListId, Slot, TinTurn, NIL,
 };
 use crate::{DropReason, Packet, Rate};
 
-impl<P: Packet> Cake<P> {
-    /// Creates an instance with every table preallocated: 8 tins × 1024 flows and a packet
+impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
+    /// Creates an instance with every table preallocated: 8 tins × `FLOWS` flows and a packet
     /// slab of `packet_limit + 1` slots.
     ///
     /// # Errors
     /// Whatever [`CakeConfig::validate`] rejects.
-    pub fn new(config: &CakeConfig) -> Result<Cake<P>, ConfigError> {
+    pub fn new(config: &CakeConfig) -> Result<Cake<P, FLOWS>, ConfigError> {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::FLOWS_OK;
         config.validate()?;
         let mut cake = Cake {
             config: config.clone(),
@@ -49,7 +51,7 @@ impl<P: Packet> Cake<P> {
             hosts: FlowTable::new(Host::default()),
             src_bulk: FlowTable::new(0),
             dst_bulk: FlowTable::new(0),
-            heap: OverflowHeap::new(ALL_FLOWS),
+            heap: OverflowHeap::new(Self::ALL_FLOWS),
             overflow_timeout: 0,
             slots: Vec::new(),
             free_head: NIL,
@@ -173,15 +175,23 @@ impl<P: Packet> Cake<P> {
         // The fattest-flow heap is rebuilt at the next overflow instead of kept up to date.
         self.overflow_timeout = 0;
         let now = self.last_now;
-        for fid in t * FLOWS_PER_TIN..(t + 1) * FLOWS_PER_TIN {
+        for fid in t * FLOWS..(t + 1) * FLOWS {
             if self.flows[fid].head == NIL {
                 continue;
             }
-            let dest = to * FLOWS_PER_TIN + (fid - t * FLOWS_PER_TIN);
+            let dest = to * FLOWS + (fid - t * FLOWS);
             if self.flows[dest].head == NIL {
-                // An idle bucket takes the flow's hosts along with it.
+                // An idle bucket takes the flow's hosts along with it. A bulk flow can be
+                // idle (emptied, not yet visited): its hosts' bulk counts move with it.
+                let bulk = self.flows[dest].set == FlowSet::Bulk;
+                if bulk {
+                    self.dec_host_bulk(dest);
+                }
                 self.flows[dest].srchost = self.flows[fid].srchost;
                 self.flows[dest].dsthost = self.flows[fid].dsthost;
+                if bulk {
+                    self.inc_host_bulk(dest);
+                }
             }
             if !self.rate.is_unlimited()
                 && self.stats.tins[to].backlog_bytes == 0
@@ -231,8 +241,8 @@ impl<P: Packet> Cake<P> {
 
     /// Empties tin `t`: drops its packets and returns its flows and hosts to rest.
     pub(super) fn purge_tin(&mut self, t: usize) {
-        let base = t * FLOWS_PER_TIN;
-        for fid in base..base + FLOWS_PER_TIN {
+        let base = t * FLOWS;
+        for fid in base..base + FLOWS {
             while let Some(s) = self.pop_head(t, fid) {
                 let len = self.slots[s as usize].len;
                 self.release_slot(s);
@@ -266,7 +276,7 @@ impl<P: Packet> Cake<P> {
     pub(super) fn recount_hosts(&mut self) {
         self.src_bulk.fill(0);
         self.dst_bulk.fill(0);
-        for fid in 0..ALL_FLOWS {
+        for fid in 0..Self::ALL_FLOWS {
             if self.flows[fid].set == FlowSet::Bulk {
                 self.inc_host_bulk(fid);
             }
@@ -317,11 +327,12 @@ impl<P: Packet> Cake<P> {
             .map(|t| t.delay_histogram.distinct_values() * size_of::<u64>())
             .sum();
         size_of::<Self>()
-            + self.flows.len() * size_of::<Flow>()
-            + self.links.len() * size_of::<Link>()
-            + self.tags.len() * size_of::<u32>()
-            + self.hosts.len() * size_of::<Host>()
-            + (self.src_bulk.len() + self.dst_bulk.len()) * size_of::<u16>()
+            + self.flows.bytes()
+            + self.links.bytes()
+            + self.tags.bytes()
+            + self.hosts.bytes()
+            + self.src_bulk.bytes()
+            + self.dst_bulk.bytes()
             + self.heap.bytes()
             + self.ack.capacity() * size_of::<AckEntry>()
             + hist

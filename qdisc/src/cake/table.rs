@@ -1,78 +1,81 @@
-//! Fixed-size per-flow tables indexed by global flow id (`tin * FLOWS_PER_TIN + flow`).
+//! Fixed-size per-flow tables indexed by global flow id (`tin * FLOWS + flow`), `FLOWS`
+//! being the instance's flows per tin.
 //!
-//! The hot paths index these tables a few dozen times per packet. Reducing the index modulo
-//! the (power of two) table size makes every access provably in bounds, so the compiler
-//! drops the bounds check (a length load, a compare and a branch) and keeps one `and`. A
-//! valid flow id is always below the size, so the reduction never changes which entry is
-//! used; debug builds still assert it.
+//! The hot paths index these tables a few dozen times per packet. A table is a boxed
+//! `[[T; FLOWS]; MAX_TINS]`, whose size is in its type although `MAX_TINS * FLOWS` cannot
+//! be (no generic constant expressions on stable Rust), so reducing the tin modulo
+//! `MAX_TINS` and the flow modulo `FLOWS` (both powers of two) makes every access
+//! provably in bounds: the compiler drops the bounds checks (a length load, a compare and
+//! a branch each) and keeps the masks, which it merges into one `and` with the table's
+//! size. A valid flow id is always below that size, so the reduction never changes which
+//! entry is used; debug builds still assert it.
 
 use std::ops::{Deref, DerefMut, Index, IndexMut};
 
-use super::{ALL_FLOWS, FLOWS_PER_TIN};
+use super::MAX_TINS;
 
-const _: () = assert!(ALL_FLOWS.is_power_of_two());
-
-/// `ALL_FLOWS` entries of `T`, boxed.
+/// `MAX_TINS * FLOWS` entries of `T`, boxed, one row per tin.
 #[derive(Debug, Clone)]
-pub(super) struct FlowTable<T>(Box<[T; ALL_FLOWS]>);
+pub(super) struct FlowTable<T, const FLOWS: usize>(Box<[[T; FLOWS]; MAX_TINS]>);
 
-impl<T: Clone> FlowTable<T> {
+impl<T: Copy, const FLOWS: usize> FlowTable<T, FLOWS> {
     /// A table with every entry set to `v`.
-    pub(super) fn new(v: T) -> FlowTable<T> {
-        let boxed: Box<[T]> = vec![v; ALL_FLOWS].into_boxed_slice();
+    pub(super) fn new(v: T) -> FlowTable<T, FLOWS> {
+        let boxed: Box<[[T; FLOWS]]> = vec![[v; FLOWS]; MAX_TINS].into_boxed_slice();
         match boxed.try_into() {
             Ok(a) => FlowTable(a),
-            Err(_) => unreachable!("the vector has ALL_FLOWS entries"),
+            Err(_) => unreachable!("the vector has MAX_TINS rows"),
         }
     }
 }
 
-impl<T> FlowTable<T> {
+impl<T, const FLOWS: usize> FlowTable<T, FLOWS> {
     /// The entries of tin `t` (`t < MAX_TINS`), as an array so that an index reduced modulo
-    /// `FLOWS_PER_TIN` needs no bounds check.
+    /// `FLOWS` needs no bounds check.
     #[inline(always)]
-    pub(super) fn tin(&self, t: usize) -> &[T; FLOWS_PER_TIN] {
-        let start = t * FLOWS_PER_TIN;
-        match self.0[start..start + FLOWS_PER_TIN].try_into() {
-            Ok(a) => a,
-            Err(_) => unreachable!("the range has FLOWS_PER_TIN entries"),
-        }
+    pub(super) fn tin(&self, t: usize) -> &[T; FLOWS] {
+        &self.0[t % MAX_TINS]
     }
 
     /// The entries of tin `t`.
     pub(super) fn tin_mut(&mut self, t: usize) -> &mut [T] {
-        &mut self.0[t * FLOWS_PER_TIN..(t + 1) * FLOWS_PER_TIN]
+        &mut self.0[t % MAX_TINS]
+    }
+
+    /// Bytes of heap memory the table owns.
+    pub(super) fn bytes(&self) -> usize {
+        std::mem::size_of::<[[T; FLOWS]; MAX_TINS]>()
     }
 }
 
-impl<T> Index<usize> for FlowTable<T> {
+impl<T, const FLOWS: usize> Index<usize> for FlowTable<T, FLOWS> {
     type Output = T;
 
     #[inline(always)]
     fn index(&self, i: usize) -> &T {
-        debug_assert!(i < ALL_FLOWS, "flow id {i} out of range");
-        &self.0[i % ALL_FLOWS]
+        debug_assert!(i < MAX_TINS * FLOWS, "flow id {i} out of range");
+        &self.0[(i / FLOWS) % MAX_TINS][i % FLOWS]
     }
 }
 
-impl<T> IndexMut<usize> for FlowTable<T> {
+impl<T, const FLOWS: usize> IndexMut<usize> for FlowTable<T, FLOWS> {
     #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut T {
-        debug_assert!(i < ALL_FLOWS, "flow id {i} out of range");
-        &mut self.0[i % ALL_FLOWS]
+        debug_assert!(i < MAX_TINS * FLOWS, "flow id {i} out of range");
+        &mut self.0[(i / FLOWS) % MAX_TINS][i % FLOWS]
     }
 }
 
-impl<T> Deref for FlowTable<T> {
+impl<T, const FLOWS: usize> Deref for FlowTable<T, FLOWS> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
-        &self.0[..]
+        self.0.as_flattened()
     }
 }
 
-impl<T> DerefMut for FlowTable<T> {
+impl<T, const FLOWS: usize> DerefMut for FlowTable<T, FLOWS> {
     fn deref_mut(&mut self) -> &mut [T] {
-        &mut self.0[..]
+        self.0.as_flattened_mut()
     }
 }

@@ -1005,3 +1005,156 @@ fn a_rescaled_wait_keeps_the_tin_clocks_in_step() {
     assert_eq!(sent, 3);
     c.check_invariants().unwrap();
 }
+
+// A subscriber-sized instance: 64 flows per tin.
+
+fn subscriber(config: CakeConfig) -> SubscriberCake<TestPacket> {
+    Cake::new(&config).unwrap()
+}
+
+/// Enqueues `per_flow` 1000-byte packets of each flow in `hashes` round-robin (flow id =
+/// position in `hashes`, the hash picks the bucket), then dequeues `n` packets unlimited and
+/// returns the packets delivered per flow.
+fn deliveries<const FLOWS: usize>(
+    c: &mut Cake<TestPacket, FLOWS>,
+    hashes: &[u32],
+    per_flow: u64,
+    n: usize,
+) -> Vec<u32> {
+    for seq in 0..per_flow {
+        for (f, &h) in hashes.iter().enumerate() {
+            c.enqueue(0, pkt(1000, f as u32, seq), &with_hash(h));
+        }
+    }
+    c.check_invariants().unwrap();
+    let mut got = vec![0u32; hashes.len()];
+    for _ in 0..n {
+        match c.dequeue(0) {
+            Dequeue::Packet(p) => got[p.flow as usize] += 1,
+            other => panic!("{other:?} with packets queued"),
+        }
+    }
+    c.check_invariants().unwrap();
+    got
+}
+
+#[test]
+fn eight_flows_with_one_home_bucket_each_get_a_way_and_an_equal_share() {
+    let mut c = subscriber(CakeConfig {
+        flow_mode: FlowMode::Flows,
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    });
+    // Hashes 0, 64, ..., 448 all have home bucket 0: the set-associative lookup spreads
+    // them over the 8 ways of set 0, so none shares a queue.
+    let hashes: Vec<u32> = (0..8).map(|k| k * 64).collect();
+    let got = deliveries(&mut c, &hashes, 40, 8 * 20);
+    assert_eq!(c.stats().tins[0].way_collisions, 0);
+    for (f, &n) in got.iter().enumerate() {
+        assert!((19..=21).contains(&n), "flow {f}: {n} of 160, {got:?}");
+    }
+}
+
+#[test]
+fn a_subscriber_instance_with_more_flows_than_buckets_shares_per_bucket() {
+    let mut c = subscriber(CakeConfig {
+        flow_mode: FlowMode::Flows,
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    });
+    // 96 flows over 64 buckets: hashes 0..64 fill every way of every set, then 64..96 find
+    // their sets full and share their home buckets 0..32 with flows 0..32.
+    let hashes: Vec<u32> = (0..96).collect();
+    let got = deliveries(&mut c, &hashes, 40, 64 * 20);
+    assert!(c.stats().tins[0].way_collisions > 0);
+    assert_eq!(
+        c.stats().tins[0].sparse_flows + c.stats().tins[0].bulk_flows,
+        64
+    );
+    // Every bucket gets an equal share, split between the flows that share it.
+    for b in 0..64 {
+        let bucket: u32 = got
+            .iter()
+            .enumerate()
+            .filter(|&(f, _)| f % 64 == b)
+            .map(|(_, &n)| n)
+            .sum();
+        assert!((19..=21).contains(&bucket), "bucket {b}: {bucket}, {got:?}");
+    }
+    for (f, &n) in got.iter().enumerate() {
+        let want = if f % 64 < 32 { 10 } else { 20 };
+        assert!(n.abs_diff(want) <= 1, "flow {f}: {n} not ~{want}, {got:?}");
+    }
+}
+
+/// Host A's 6 flows (60 packets each) and host B's 1 flow (360 packets) through `c`: the
+/// packets of each host among the first 300 delivered.
+fn two_hosts<const FLOWS: usize>(c: &mut Cake<TestPacket, FLOWS>) -> (u32, u32) {
+    for seq in 0..60 {
+        for f in 0..6u32 {
+            c.enqueue(0, pkt(1000, f, seq), &udp_meta(10, 99, 1000 + f, 0));
+        }
+        for k in 0..6 {
+            c.enqueue(0, pkt(1000, 6, seq * 6 + k), &udp_meta(20, 99, 2000, 0));
+        }
+    }
+    let (mut a, mut b) = (0, 0);
+    for _ in 0..300 {
+        match c.dequeue(0) {
+            Dequeue::Packet(p) if p.flow < 6 => a += 1,
+            Dequeue::Packet(_) => b += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    (a, b)
+}
+
+#[test]
+fn a_subscriber_instance_isolates_hosts_like_the_link_instance() {
+    // Dual-srchost: source host A with 6 flows and source host B with 1 flow share the
+    // queue equally, in the 64-flow instance as in the 1024-flow one.
+    let config = CakeConfig {
+        flow_mode: FlowMode::DualSrchost,
+        diffserv: DiffservMode::Besteffort,
+        ..CakeConfig::default()
+    };
+    let (a, b) = two_hosts(&mut subscriber(config.clone()));
+    // Within the first quanta that each of A's new flows gets whole.
+    assert!(a.abs_diff(b) <= 20, "host A {a}, host B {b}");
+    assert_eq!((a, b), two_hosts(&mut cake(config)));
+}
+
+/// The probability that `n` flows hashed uniformly into `sets` sets of [`SET_WAYS`] ways
+/// put more than [`SET_WAYS`] into some set (some flows must then share a queue).
+fn set_overflow_probability(n: usize, sets: usize) -> f64 {
+    // ways[m] = number of ways to put m labelled flows into the sets seen so far, each set
+    // holding at most SET_WAYS.
+    let binom =
+        |n: usize, k: usize| -> f64 { (0..k).map(|i| (n - i) as f64 / (i + 1) as f64).product() };
+    let mut ways = vec![0f64; n + 1];
+    ways[0] = 1.0;
+    for _ in 0..sets {
+        let mut next = vec![0f64; n + 1];
+        for (m, slot) in next.iter_mut().enumerate() {
+            *slot = (0..=m.min(SET_WAYS))
+                .map(|k| binom(m, k) * ways[m - k])
+                .sum();
+        }
+        ways = next;
+    }
+    1.0 - ways[n] / (sets as f64).powi(n as i32)
+}
+
+#[test]
+fn subscriber_collision_rates() {
+    // The rates SUBSCRIBER_FLOWS_PER_TIN's docs quote.
+    let sets = SUBSCRIBER_FLOWS_PER_TIN / SET_WAYS;
+    let pct = |n| (set_overflow_probability(n, sets) * 1e4).round() / 100.0;
+    assert_eq!(set_overflow_probability(8, sets), 0.0);
+    assert_eq!(pct(16), 0.03);
+    assert_eq!(pct(20), 0.27);
+    assert_eq!(pct(24), 1.32);
+    assert_eq!(pct(32), 11.15);
+    let half = |n| (set_overflow_probability(n, sets / 2) * 100.0).round();
+    assert_eq!((half(16), half(20)), (3.0, 16.0));
+}

@@ -1,5 +1,7 @@
-//! Sans-I/O queueing disciplines for cakewalk: one CAKE instance ([`cake::Cake`]), the
-//! cake_mq multi-queue layer ([`mq`]) and a pfifo_fast-style baseline ([`fifo::Fifo`]).
+//! Sans-I/O queueing disciplines for cakewalk: one CAKE instance ([`cake::Cake`]), one CAKE
+//! per subscriber under a link cap ([`circuit::CircuitShaper`], docs/design.md "Circuits:
+//! one CAKE per subscriber"), the cake_mq multi-queue layer ([`mq`]) and a pfifo_fast-style
+//! baseline ([`fifo::Fifo`]).
 //!
 //! Nothing here reads a clock, starts a thread or allocates per packet. Every call that needs
 //! time takes `now_ns`, a monotonic nanosecond count chosen by the caller; header facts arrive
@@ -17,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod cake;
+pub mod circuit;
 pub mod fifo;
 pub mod mq;
 mod packet;

@@ -84,6 +84,10 @@ pub struct PacketMeta {
     pub l2_len: u16,
     /// Segments in a GSO super-frame (0 or 1 for an ordinary packet).
     pub gso_segs: u16,
+    /// The circuit (subscriber) slot the caller's classifier chose, for
+    /// [`crate::circuit::CircuitShaper`]; `None` when the packet matched no circuit (the
+    /// default class). Every other discipline ignores it.
+    pub circuit: Option<u32>,
 }
 
 /// What the ACK filter needs to know about a TCP segment (sch_cake.c `cake_ack_filter`).

@@ -1,0 +1,678 @@
+//! Per-circuit CAKE: [`CircuitShaper`] shapes each subscriber ("circuit") at its own plan
+//! with a CAKE instance of its own, under an optional link-wide cap, for up to tens of
+//! thousands of circuits per TX queue (docs/design.md, "Circuits: one CAKE per
+//! subscriber").
+//!
+//! * **Slots.** The caller's classifier writes the circuit's slot (a dense `u32`, stable
+//!   across reloads) into [`PacketMeta::circuit`]; [`CircuitShaperConfig::plans`] maps slots
+//!   to [`CircuitPlan`]s. Unmatched traffic (and traffic of a slot without a plan) forms the
+//!   default class.
+//! * **Lazy instances.** A slot's CAKE is taken from a pool on its first packet and returned
+//!   after it has been empty for [`CircuitShaperConfig::idle_release_ns`]; an idle slot
+//!   costs only its entry in a compact array, which also keeps its cumulative counters.
+//! * **Scheduling.** Circuits whose CAKE may send now wait on a ready ring served by DRR in
+//!   bytes (quantum one MTU); circuits their own shaper holds wait in a timer heap keyed by
+//!   their [`Qdisc::next_wakeup`]. The link cap is a time-based gate charged per delivered
+//!   packet. A dequeue is O(1) amortised plus O(log n) per hold.
+//! * **Bypass** per circuit: a packet passes at once when its circuit holds nothing and
+//!   both its circuit's shaper and the link gate have credit.
+//!
+//! Internally circuit ids are `slot + 1`; id 0 is the default class.
+
+mod config;
+mod gate;
+mod reconfig;
+mod sched;
+mod stats;
+#[cfg(test)]
+mod tests;
+
+pub use config::{CircuitConfigError, CircuitPlan, CircuitShaperConfig, MAX_SLOTS, PLAIN_AQM_NS};
+pub use stats::{CircuitCounters, CircuitStats, CircuitTinStats};
+
+use crate::cake::{Cake, CakeConfig};
+use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
+
+use gate::LinkGate;
+use sched::{IdleQueue, ReadyRing, TimerHeap};
+use stats::Baselines;
+
+/// The CAKE instance each circuit runs. A plain `Cake` until a subscriber-sized variant
+/// (fewer flow queues per tin) is available; everything here goes through this alias.
+pub type CircuitCake<P> = Cake<P>;
+
+const NIL: u32 = u32::MAX;
+/// The id of the default class.
+const DEFAULT_ID: u32 = 0;
+
+/// Where a circuit stands in the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sched {
+    /// Not scheduled: its instance is empty or absent.
+    Idle,
+    /// On the ready ring.
+    Ready,
+    /// In the timer heap, held by its own shaper.
+    Held,
+}
+
+/// The per-id record, kept for every slot whether or not it has an instance.
+#[derive(Debug, Clone)]
+struct SlotState {
+    /// Index into `CircuitShaper::insts`, or `NIL`.
+    inst: u32,
+    /// DRR deficit in bytes while on the ready ring.
+    deficit: i32,
+    sched: Sched,
+    /// True while an entry for this id is in the idle queue.
+    queued_idle: bool,
+    /// When its instance last became empty.
+    empty_since: u64,
+    counters: CircuitCounters,
+}
+
+impl Default for SlotState {
+    fn default() -> SlotState {
+        SlotState {
+            inst: NIL,
+            deficit: 0,
+            sched: Sched::Idle,
+            queued_idle: false,
+            empty_since: 0,
+            counters: CircuitCounters::default(),
+        }
+    }
+}
+
+/// A live instance and the circuit that owns it.
+#[derive(Debug)]
+struct Instance<P> {
+    cake: Box<CircuitCake<P>>,
+    owner: u32,
+    base: Baselines,
+}
+
+/// One CAKE per circuit under a link cap. See the module docs; the configuration is
+/// [`CircuitShaperConfig`]. Implements [`Qdisc`] and [`crate::mq::MqQdisc`], so it serves
+/// as the qdisc of a [`crate::mq::TxQueue`] unchanged.
+#[derive(Debug)]
+pub struct CircuitShaper<P> {
+    config: CircuitShaperConfig,
+    /// The default class's instance configuration, cached.
+    default_cfg: CakeConfig,
+    gate: LinkGate,
+    slots: Vec<SlotState>,
+    insts: Vec<Instance<P>>,
+    /// Boxed so that taking an instance from the pool and releasing it moves a pointer,
+    /// not the instance's few kilobytes of inline state.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<CircuitCake<P>>>,
+    ring: ReadyRing,
+    heap: TimerHeap,
+    idle: IdleQueue,
+    qlen: usize,
+    backlog: u64,
+    last_now: u64,
+    /// Counters of circuits whose slot was handed to a new circuit.
+    retired: CircuitCounters,
+}
+
+impl<P: Packet> CircuitShaper<P> {
+    /// A shaper with no instance yet: each circuit's is created on its first packet.
+    ///
+    /// # Errors
+    /// Whatever [`CircuitShaperConfig::validate`] rejects.
+    pub fn new(config: &CircuitShaperConfig) -> Result<CircuitShaper<P>, CircuitConfigError> {
+        config.validate()?;
+        let mut s = CircuitShaper {
+            config: config.clone(),
+            default_cfg: config.default_instance_config(),
+            gate: LinkGate::new(&config.link),
+            slots: Vec::new(),
+            insts: Vec::new(),
+            spare: Vec::new(),
+            ring: ReadyRing::new(),
+            heap: TimerHeap::new(),
+            idle: IdleQueue::default(),
+            qlen: 0,
+            backlog: 0,
+            last_now: 0,
+            retired: CircuitCounters::default(),
+        };
+        s.grow(config.plans.len() + 1);
+        Ok(s)
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &CircuitShaperConfig {
+        &self.config
+    }
+
+    /// Instances alive now (circuits with packets or recently active, and the default
+    /// class when it has one).
+    pub fn active_instances(&self) -> usize {
+        self.insts.len()
+    }
+
+    /// Released instances kept for reuse.
+    pub fn spare_instances(&self) -> usize {
+        self.spare.len()
+    }
+
+    /// Bytes this shaper holds apart from the packets: the per-slot array, the scheduling
+    /// structures, and every live and spare instance's preallocated tables and packet slab.
+    pub fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let inst = |c: &CircuitCake<P>| c.preallocated_bytes() + c.slab_bytes();
+        size_of::<Self>()
+            + self.slots.capacity() * size_of::<SlotState>()
+            + self.insts.capacity() * size_of::<Instance<P>>()
+            + self.spare.capacity() * size_of::<usize>()
+            + self.ring.bytes()
+            + self.heap.bytes()
+            + self.idle.bytes()
+            + self.insts.iter().map(|i| inst(&i.cake)).sum::<usize>()
+            + self.spare.iter().map(|c| inst(c)).sum::<usize>()
+    }
+
+    /// Bytes one idle slot costs (its entry in the per-slot array and the scheduling
+    /// structures' per-id entries).
+    pub fn idle_slot_bytes() -> usize {
+        use std::mem::size_of;
+        size_of::<SlotState>() + 2 * size_of::<u32>() + size_of::<(u64, u32)>() * 2
+    }
+
+    /// `slot`'s figures: cumulative counters and, while it has an instance, its backlog,
+    /// rate, delays and tins. `None` for a slot beyond every configuration seen.
+    pub fn circuit_stats(&self, slot: u32) -> Option<CircuitStats> {
+        let id = (slot as usize).checked_add(1)?;
+        if id >= self.slots.len() {
+            return None;
+        }
+        Some(self.stats_of(id as u32))
+    }
+
+    /// The default class's figures.
+    pub fn default_stats(&self) -> CircuitStats {
+        self.stats_of(DEFAULT_ID)
+    }
+
+    /// Every slot that holds an instance now, with its figures, in no particular order.
+    pub fn active_circuits(&self) -> impl Iterator<Item = (u32, CircuitStats)> + '_ {
+        self.insts
+            .iter()
+            .filter(|i| i.owner != DEFAULT_ID)
+            .map(|i| (i.owner - 1, self.stats_of(i.owner)))
+    }
+
+    /// The sum of every slot's counters, the default class's, and those of circuits whose
+    /// slot has since been given to another circuit: nothing a release or reuse forgets.
+    pub fn totals(&self) -> CircuitCounters {
+        let mut t = self.retired;
+        for s in &self.slots {
+            t.add(&s.counters);
+        }
+        t
+    }
+
+    /// `slot`'s live instance, if it has one (for tests and `explain`).
+    pub fn instance(&self, slot: u32) -> Option<&CircuitCake<P>> {
+        let id = (slot as usize).checked_add(1)?;
+        let s = self.slots.get(id)?;
+        (s.inst != NIL).then(|| &*self.insts[s.inst as usize].cake)
+    }
+
+    /// The default class's live instance, if it has one.
+    pub fn default_instance(&self) -> Option<&CircuitCake<P>> {
+        let s = &self.slots[DEFAULT_ID as usize];
+        (s.inst != NIL).then(|| &*self.insts[s.inst as usize].cake)
+    }
+
+    fn stats_of(&self, id: u32) -> CircuitStats {
+        let s = &self.slots[id as usize];
+        let plan_rate = if id == DEFAULT_ID {
+            self.default_cfg.rate
+        } else {
+            self.config.plan(id - 1).map_or(Rate::UNLIMITED, |p| p.rate)
+        };
+        let mut out = CircuitStats {
+            counters: s.counters,
+            backlog_packets: 0,
+            backlog_bytes: 0,
+            rate: plan_rate,
+            active: s.inst != NIL,
+            sojourn_peak_ns: 0,
+            tin_count: 0,
+            tins: Default::default(),
+        };
+        if s.inst != NIL {
+            let i = &self.insts[s.inst as usize];
+            let st = i.cake.stats();
+            out.backlog_packets = i.cake.len() as u64;
+            out.backlog_bytes = i.cake.backlog_bytes();
+            out.rate = i.cake.current_rate();
+            out.tin_count = st.tin_count;
+            out.tins = stats::tin_figures(st, &i.base, i.cake.tin_names());
+            out.sojourn_peak_ns = out.tins[..st.tin_count]
+                .iter()
+                .map(|t| t.peak_delay_ns)
+                .max()
+                .unwrap_or(0);
+        }
+        out
+    }
+
+    /// Makes room for ids below `ids`.
+    fn grow(&mut self, ids: usize) {
+        if self.slots.len() < ids {
+            self.slots.resize(ids, SlotState::default());
+        }
+        self.ring.grow(ids);
+        self.heap.grow(ids);
+        self.idle.grow(ids);
+    }
+
+    #[inline]
+    fn clamp(&mut self, now: u64) -> u64 {
+        self.last_now = self.last_now.max(now);
+        self.last_now
+    }
+
+    /// The id a packet belongs to: its slot's when the slot has a plan, else the default
+    /// class's.
+    #[inline]
+    fn class_of(&self, meta: &PacketMeta) -> u32 {
+        match meta.circuit {
+            Some(slot) if self.config.plan(slot).is_some() => slot + 1,
+            _ => DEFAULT_ID,
+        }
+    }
+
+    /// The instance configuration id `id` should run now.
+    fn want_config(&self, id: u32) -> CakeConfig {
+        match self.config.plan(id.wrapping_sub(1)) {
+            Some(plan) if id != DEFAULT_ID => self.config.instance_config(plan),
+            _ => self.default_cfg.clone(),
+        }
+    }
+
+    /// The index of `id`'s instance, taking one from the pool (or building one) when it
+    /// has none.
+    fn ensure_instance(&mut self, id: u32) -> usize {
+        let s = &self.slots[id as usize];
+        if s.inst != NIL {
+            return s.inst as usize;
+        }
+        let want = self.want_config(id);
+        let cake = match self.spare.pop() {
+            Some(mut c) => {
+                if *c.config() != want {
+                    // Validated with the config; a refusal would leave the old settings,
+                    // which is still a working instance.
+                    let _ = c.reconfigure(&want);
+                } else if c.current_rate() != want.rate {
+                    c.set_rate(want.rate);
+                }
+                c
+            }
+            None => match Cake::new(&want) {
+                Ok(c) => Box::new(c),
+                Err(_) => Box::new(
+                    Cake::new(&CakeConfig::default()).expect("the default CAKE config is valid"),
+                ),
+            },
+        };
+        let base = stats::baselines(cake.stats());
+        let idx = self.insts.len();
+        self.insts.push(Instance {
+            cake,
+            owner: id,
+            base,
+        });
+        self.slots[id as usize].inst = idx as u32;
+        idx
+    }
+
+    /// Returns `id`'s (empty) instance to the pool.
+    fn release(&mut self, id: u32) {
+        let idx = self.slots[id as usize].inst;
+        if idx == NIL {
+            return;
+        }
+        let inst = self.insts.swap_remove(idx as usize);
+        if let Some(moved) = self.insts.get(idx as usize) {
+            self.slots[moved.owner as usize].inst = idx;
+        }
+        self.slots[id as usize].inst = NIL;
+        if self.spare.len() < self.config.spare_instances {
+            self.spare.push(inst.cake);
+        }
+    }
+
+    /// Puts `id` (whose instance just became non-empty) on the ring or in the heap.
+    fn schedule(&mut self, id: u32, now: u64) {
+        let idx = self.slots[id as usize].inst as usize;
+        let quantum = self.gate.quantum();
+        let s = &mut self.slots[id as usize];
+        match self.insts[idx].cake.next_wakeup() {
+            Some(t) if t > now => {
+                self.heap.set(id, t);
+                s.sched = Sched::Held;
+            }
+            _ => {
+                self.ring.push_back(id);
+                s.sched = Sched::Ready;
+                s.deficit = quantum;
+            }
+        }
+    }
+
+    /// `id` holds nothing now and is off the ring and heap: it waits for release (at
+    /// once when its slot no longer has a plan).
+    fn mark_empty(&mut self, id: u32, now: u64) {
+        let removed = id != DEFAULT_ID && self.config.plan(id - 1).is_none();
+        let s = &mut self.slots[id as usize];
+        s.sched = Sched::Idle;
+        s.empty_since = now;
+        if removed {
+            self.release(id);
+        } else if !s.queued_idle {
+            s.queued_idle = true;
+            self.idle.push(now, id);
+        }
+    }
+
+    /// Releases the instances that have been empty for `idle_release_ns`.
+    fn release_idle(&mut self, now: u64) {
+        let after = self.config.idle_release_ns;
+        while let Some((t, id)) = self.idle.front() {
+            if t.saturating_add(after) > now {
+                break;
+            }
+            self.idle.pop();
+            let s = &mut self.slots[id as usize];
+            s.queued_idle = false;
+            if s.sched != Sched::Idle || s.inst == NIL {
+                continue;
+            }
+            if s.empty_since.saturating_add(after) <= now {
+                if self.insts[s.inst as usize].cake.is_empty() {
+                    self.release(id);
+                }
+            } else {
+                // It was busy again since this entry: wait for its latest emptying.
+                s.queued_idle = true;
+                let since = s.empty_since;
+                self.idle.push(since, id);
+            }
+        }
+    }
+
+    /// Runs `op` on `id`'s instance and keeps the totals exact whatever it queued, sent or
+    /// dropped: returns `(packets, bytes)` before and after.
+    #[inline]
+    fn with_instance<R>(
+        &mut self,
+        idx: usize,
+        op: impl FnOnce(&mut CircuitCake<P>) -> R,
+    ) -> (R, (usize, u64), (usize, u64)) {
+        let cake = &mut self.insts[idx].cake;
+        let before = (cake.len(), cake.backlog_bytes());
+        let r = op(cake);
+        let after = (cake.len(), cake.backlog_bytes());
+        self.qlen = self.qlen - before.0 + after.0;
+        self.backlog = self.backlog - before.1 + after.1;
+        (r, before, after)
+    }
+
+    /// Checks the shaper's bookkeeping: the totals match the instances, every instance
+    /// with packets is scheduled exactly once, owners and slots agree. For tests and
+    /// fuzzing.
+    ///
+    /// # Errors
+    /// A description of the first inconsistency.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let qlen: usize = self.insts.iter().map(|i| i.cake.len()).sum();
+        let backlog: u64 = self.insts.iter().map(|i| i.cake.backlog_bytes()).sum();
+        if qlen != self.qlen || backlog != self.backlog {
+            return Err(format!(
+                "totals {}/{} but instances hold {qlen}/{backlog}",
+                self.qlen, self.backlog
+            ));
+        }
+        for (idx, i) in self.insts.iter().enumerate() {
+            let s = &self.slots[i.owner as usize];
+            if s.inst as usize != idx {
+                return Err(format!(
+                    "instance {idx} owned by {} which points at {}",
+                    i.owner, s.inst
+                ));
+            }
+            if !i.cake.is_empty() && s.sched == Sched::Idle {
+                return Err(format!("id {} holds packets but is not scheduled", i.owner));
+            }
+            i.cake.check_invariants()?;
+        }
+        let mut ready = 0;
+        let mut held = 0;
+        for (id, s) in self.slots.iter().enumerate() {
+            match s.sched {
+                Sched::Ready => ready += 1,
+                Sched::Held => {
+                    held += 1;
+                    if !self.heap.contains(id as u32) {
+                        return Err(format!("id {id} held but not in the heap"));
+                    }
+                }
+                Sched::Idle => {
+                    if self.heap.contains(id as u32) {
+                        return Err(format!("id {id} idle but in the heap"));
+                    }
+                }
+            }
+            if s.sched != Sched::Idle && s.inst == NIL {
+                return Err(format!("id {id} scheduled without an instance"));
+            }
+        }
+        if ready != self.ring.len() || held != self.heap.len() {
+            return Err(format!(
+                "{ready} ready and {held} held ids, ring {} heap {}",
+                self.ring.len(),
+                self.heap.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
+    fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Enqueued {
+        let now = self.clamp(now_ns);
+        self.release_idle(now);
+        let id = self.class_of(meta);
+        if self.qlen == 0 {
+            self.gate.wake(now);
+        }
+        let idx = self.ensure_instance(id);
+        let (r, before, after) = self.with_instance(idx, |c| c.enqueue(now, pkt, meta));
+        let s = &mut self.slots[id as usize];
+        for (reason, n) in r.drops_by_reason() {
+            s.counters.drops[reason.index()] += u64::from(n);
+        }
+        s.counters.dropped_bytes += r.dropped_bytes;
+        if s.sched == Sched::Idle {
+            if after.0 > 0 {
+                self.schedule(id, now);
+            } else if before.0 == 0 {
+                // Taken for a packet it dropped at once: it waits for release as if used.
+                self.mark_empty(id, now);
+            }
+        }
+        r
+    }
+
+    fn dequeue(&mut self, now_ns: u64) -> Dequeue<P> {
+        let now = self.clamp(now_ns);
+        self.release_idle(now);
+        let quantum = self.gate.quantum();
+        loop {
+            while let Some((t, id)) = self.heap.peek() {
+                if t > now {
+                    break;
+                }
+                self.heap.pop();
+                self.ring.push_back(id);
+                let s = &mut self.slots[id as usize];
+                s.sched = Sched::Ready;
+                s.deficit = quantum;
+            }
+            let Some(id) = self.ring.head() else {
+                return match self.heap.peek() {
+                    Some((t, _)) if self.gate.is_unlimited() => Dequeue::NotBefore(t),
+                    Some((t, _)) => Dequeue::NotBefore(t.max(self.gate.opens_at())),
+                    None => Dequeue::Empty,
+                };
+            };
+            if !self.gate.is_open(now) {
+                crate::cold_path();
+                return Dequeue::NotBefore(self.gate.opens_at());
+            }
+            let s = &mut self.slots[id as usize];
+            if s.deficit <= 0 {
+                s.deficit += quantum;
+                self.ring.rotate();
+                continue;
+            }
+            let idx = s.inst;
+            if idx == NIL {
+                crate::cold_path();
+                self.ring.pop_front();
+                self.slots[id as usize].sched = Sched::Idle;
+                continue;
+            }
+            let (out, before, after) = self.with_instance(idx as usize, |c| c.dequeue(now));
+            let (sent, sent_bytes) = match &out {
+                Dequeue::Packet(p) => (1, p.len() as u64),
+                _ => (0, 0),
+            };
+            let dropped = (before.0 - after.0).saturating_sub(sent) as u64;
+            let s = &mut self.slots[id as usize];
+            if dropped > 0 {
+                s.counters.drops[DropReason::Aqm.index()] += dropped;
+                s.counters.dropped_bytes += (before.1 - after.1).saturating_sub(sent_bytes);
+            }
+            match out {
+                Dequeue::Packet(p) => {
+                    s.counters.sent_packets += 1;
+                    s.counters.sent_bytes += sent_bytes;
+                    s.deficit -= sent_bytes as i32;
+                    self.gate.charge(now, sent_bytes as u32);
+                    if after.0 == 0 {
+                        self.ring.pop_front();
+                        self.mark_empty(id, now);
+                    } else if let Some(t) = self.insts[idx as usize].cake.next_wakeup() {
+                        if t > now {
+                            self.ring.pop_front();
+                            self.heap.set(id, t);
+                            self.slots[id as usize].sched = Sched::Held;
+                        }
+                    }
+                    return Dequeue::Packet(p);
+                }
+                Dequeue::NotBefore(t) => {
+                    self.ring.pop_front();
+                    self.heap.set(id, t.max(now + 1));
+                    s.sched = Sched::Held;
+                }
+                Dequeue::Empty => {
+                    self.ring.pop_front();
+                    self.mark_empty(id, now);
+                }
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.qlen
+    }
+
+    fn backlog_bytes(&self) -> u64 {
+        self.backlog
+    }
+
+    /// Lets packets through from the front of the burst while each one's circuit holds
+    /// nothing, its circuit's shaper has credit and the link gate is open; stops at the
+    /// first that cannot pass, so that order is kept.
+    fn bypass_burst(&mut self, now_ns: u64, pkts: &[P], metas: &[PacketMeta]) -> BurstBypass {
+        let now = self.clamp(now_ns);
+        let mut done = BurstBypass::default();
+        if self.qlen == 0 {
+            self.gate.wake(now);
+        }
+        for (pkt, meta) in pkts.iter().zip(metas) {
+            if !self.gate.is_open(now) {
+                break;
+            }
+            let id = self.class_of(meta);
+            let s = &self.slots[id as usize];
+            if s.sched != Sched::Idle
+                || (s.inst != NIL && !self.insts[s.inst as usize].cake.is_empty())
+            {
+                break;
+            }
+            let fresh = s.inst == NIL;
+            let idx = self.ensure_instance(id);
+            if !self.insts[idx].cake.try_bypass(now, pkt, meta) {
+                if fresh {
+                    self.mark_empty(id, now);
+                }
+                break;
+            }
+            let len = pkt.len() as u64;
+            self.gate.charge(now, len as u32);
+            let s = &mut self.slots[id as usize];
+            s.counters.sent_packets += 1;
+            s.counters.sent_bytes += len;
+            self.mark_empty(id, now);
+            done.packets += 1;
+            done.bytes += len;
+        }
+        done
+    }
+
+    /// Sets the link cap (the share the cake_mq sync gives this queue); circuits keep
+    /// their plans. A pure parameter write.
+    fn set_rate(&mut self, rate: Rate) {
+        self.gate.set_rate(rate, self.last_now);
+    }
+
+    /// The configured link cap.
+    fn rate(&self) -> Rate {
+        self.config.link.rate
+    }
+
+    /// The link gate's opening while a circuit is ready, else the earliest held circuit's
+    /// wake-up (no earlier than the gate's); `None` when nothing is queued.
+    fn next_wakeup(&self) -> Option<u64> {
+        if self.qlen == 0 {
+            return None;
+        }
+        let gate = if self.gate.is_unlimited() {
+            0
+        } else {
+            self.gate.opens_at()
+        };
+        if !self.ring.is_empty() {
+            // Something may go now, or when the gate opens.
+            return Some(gate.max(self.last_now));
+        }
+        self.heap.peek().map(|(t, _)| t.max(gate))
+    }
+}
+
+impl<P> CircuitShaper<P> {
+    /// The link cap in force now (after the cake_mq sync's `set_rate`).
+    pub fn current_link_rate(&self) -> Rate {
+        self.gate.rate()
+    }
+}

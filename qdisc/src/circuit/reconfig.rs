@@ -1,0 +1,147 @@
+//! Applying a new [`CircuitShaperConfig`] in place, slot by slot, and the
+//! [`MqQdisc`] implementation that lets a [`crate::mq::MultiQueue`] build and reconfigure
+//! one shaper per TX queue.
+//!
+//! A plan whose instance configuration differs in the rate alone goes through the
+//! instance's `set_rate` (a pure parameter write: no purge, no cursor move, no table
+//! walk); any other difference through `Cake::reconfigure`, which keeps every packet. A
+//! slot that loses its plan keeps its instance until it has drained; a slot that gains one
+//! starts on its first packet. Nothing queued is ever dropped by a reconfigure.
+
+use std::sync::Arc;
+
+use super::{CircuitConfigError, CircuitShaper, CircuitShaperConfig, Sched, DEFAULT_ID, NIL};
+use crate::cake::CakeConfig;
+use crate::mq::MqQdisc;
+use crate::{Packet, Qdisc, Rate};
+
+/// Returns true when `new` differs from `old` in the rate at most.
+pub(super) fn rate_only(old: &CakeConfig, new: &CakeConfig) -> bool {
+    *old == CakeConfig {
+        rate: old.rate,
+        ..new.clone()
+    }
+}
+
+impl<P: Packet> CircuitShaper<P> {
+    /// Applies `config` in place (see the module docs). The link cap is set to the
+    /// configured rate; the cake_mq sync scales it after.
+    ///
+    /// # Errors
+    /// Whatever [`CircuitShaperConfig::validate`] rejects; nothing changes then.
+    pub fn reconfigure(&mut self, config: &CircuitShaperConfig) -> Result<(), CircuitConfigError> {
+        config.validate()?;
+        let now = self.last_now;
+        let old = std::mem::replace(&mut self.config, config.clone());
+        self.gate.configure(&config.link, now);
+        let slots = old.plans.len().max(config.plans.len());
+        self.grow(slots + 1);
+
+        let new_default = config.default_instance_config();
+        let old_default = std::mem::replace(&mut self.default_cfg, new_default.clone());
+        self.retune(DEFAULT_ID, &old_default, &new_default, now);
+
+        let same_limits = old.circuit_memory_limit == config.circuit_memory_limit
+            && old.circuit_packet_limit == config.circuit_packet_limit;
+        if !(same_limits && Arc::ptr_eq(&old.plans, &config.plans)) {
+            for slot in 0..slots as u32 {
+                let id = slot + 1;
+                match (old.plan(slot), config.plan(slot)) {
+                    (None, None) => {}
+                    (Some(_), None) => {
+                        // Removed: drains, then is released (at once if already empty).
+                        let s = &self.slots[id as usize];
+                        if s.inst != NIL && s.sched == Sched::Idle {
+                            self.release(id);
+                        }
+                    }
+                    (None, Some(plan)) => {
+                        // A new circuit in this slot: the previous one's counters move to
+                        // the retired totals so that they are neither lost nor inherited.
+                        let s = &mut self.slots[id as usize];
+                        let previous = std::mem::take(&mut s.counters);
+                        self.retired.add(&previous);
+                        if s.inst != NIL {
+                            // The previous circuit still drains here: its packets stay
+                            // and go out under the new plan.
+                            let want = config.instance_config(plan);
+                            let idx = s.inst as usize;
+                            let have = self.insts[idx].cake.config().clone();
+                            self.retune(id, &have, &want, now);
+                        }
+                    }
+                    (Some(a), Some(b)) => {
+                        if a != b || !same_limits {
+                            let (o, n) = (old.instance_config(a), config.instance_config(b));
+                            self.retune(id, &o, &n, now);
+                        }
+                    }
+                }
+            }
+        }
+        self.spare.truncate(config.spare_instances);
+        Ok(())
+    }
+
+    /// Moves `id`'s instance, if any, from `old` to `new`: `set_rate` for a rate-only
+    /// difference, a full reconfigure otherwise; then places it again in the scheduler
+    /// when its shaper's next send time moved.
+    fn retune(&mut self, id: u32, old: &CakeConfig, new: &CakeConfig, now: u64) {
+        let idx = self.slots[id as usize].inst;
+        if idx == NIL || old == new {
+            return;
+        }
+        let cake = &mut self.insts[idx as usize].cake;
+        if rate_only(old, new) {
+            cake.set_rate(new.rate);
+        } else {
+            // Validated with the config; on a refusal the instance keeps working as it was.
+            let _ = cake.reconfigure(new);
+        }
+        let wake = cake.next_wakeup();
+        let quantum = self.gate.quantum();
+        let s = &mut self.slots[id as usize];
+        if s.sched == Sched::Held {
+            match wake {
+                Some(t) if t > now => self.heap.set(id, t),
+                _ => {
+                    self.heap.remove(id);
+                    self.ring.push_back(id);
+                    s.sched = Sched::Ready;
+                    s.deficit = quantum;
+                }
+            }
+        }
+    }
+}
+
+impl<P: Packet + Send> MqQdisc<P> for CircuitShaper<P> {
+    type Config = CircuitShaperConfig;
+    type Error = CircuitConfigError;
+
+    fn build(config: &CircuitShaperConfig) -> Result<CircuitShaper<P>, CircuitConfigError> {
+        CircuitShaper::new(config)
+    }
+
+    fn validate(config: &CircuitShaperConfig) -> Result<(), CircuitConfigError> {
+        config.validate()
+    }
+
+    fn reconfigure(&mut self, config: &CircuitShaperConfig) -> Result<(), CircuitConfigError> {
+        CircuitShaper::reconfigure(self, config)
+    }
+
+    fn config_rate(config: &CircuitShaperConfig) -> Rate {
+        config.link.rate
+    }
+
+    /// True when only the link rate differs; any plan change is a full reconfigure (which
+    /// still applies a plan's rate-only change through that instance's `set_rate`).
+    fn is_rate_only_change(old: &CircuitShaperConfig, new: &CircuitShaperConfig) -> bool {
+        rate_only(&old.link, &new.link)
+            && CircuitShaperConfig {
+                link: old.link.clone(),
+                ..new.clone()
+            } == *old
+    }
+}

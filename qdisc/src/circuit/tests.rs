@@ -1,0 +1,248 @@
+//! Unit tests of the circuit shaper: classification to slots and the default class, lazy
+//! instances and their release, the scheduler's bookkeeping, the bypass, and reconfigure.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::cake::DiffservMode;
+use crate::testing::{udp_meta, TestPacket};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+
+fn meta(circuit: Option<u32>, flow: u32) -> PacketMeta {
+    PacketMeta {
+        circuit,
+        ..udp_meta(circuit.unwrap_or(999), 1, flow, 0)
+    }
+}
+
+fn config(rates_mbit: &[u64]) -> CircuitShaperConfig {
+    let plans: Vec<Option<CircuitPlan>> = rates_mbit
+        .iter()
+        .map(|&r| Some(CircuitPlan::new(Rate::from_bits_per_sec(r * 1_000_000))))
+        .collect();
+    CircuitShaperConfig {
+        plans: Arc::from(plans),
+        idle_release_ns: SEC,
+        ..CircuitShaperConfig::default()
+    }
+}
+
+fn shaper(c: &CircuitShaperConfig) -> CircuitShaper<TestPacket> {
+    CircuitShaper::new(c).unwrap()
+}
+
+/// Dequeues everything available until `until`, stepping to each `NotBefore`; returns the
+/// packets in order.
+fn drain_until(q: &mut CircuitShaper<TestPacket>, mut now: u64, until: u64) -> Vec<TestPacket> {
+    let mut out = Vec::new();
+    while now <= until {
+        match q.dequeue(now) {
+            Dequeue::Packet(p) => out.push(p),
+            Dequeue::NotBefore(t) => now = t,
+            Dequeue::Empty => break,
+        }
+        q.check_invariants().unwrap();
+    }
+    out
+}
+
+#[test]
+fn packets_go_to_their_slot_and_unmatched_ones_to_the_default_class() {
+    let mut q = shaper(&config(&[10, 20]));
+    q.enqueue(0, TestPacket::new(1000, 0, 0), &meta(Some(0), 0));
+    q.enqueue(0, TestPacket::new(1000, 1, 0), &meta(Some(1), 1));
+    q.enqueue(0, TestPacket::new(1000, 2, 0), &meta(None, 2));
+    // A slot without a plan counts as unmatched.
+    q.enqueue(0, TestPacket::new(1000, 3, 0), &meta(Some(7), 3));
+    assert_eq!(q.len(), 4);
+    assert_eq!(q.backlog_bytes(), 4000);
+    assert_eq!(q.active_instances(), 3);
+    assert_eq!(q.instance(0).unwrap().len(), 1);
+    assert_eq!(q.instance(1).unwrap().len(), 1);
+    assert_eq!(q.default_instance().unwrap().len(), 2);
+    q.check_invariants().unwrap();
+    let out = drain_until(&mut q, 0, SEC);
+    assert_eq!(out.len(), 4);
+    assert!(q.is_empty());
+    assert_eq!(q.circuit_stats(0).unwrap().counters.sent_packets, 1);
+    assert_eq!(q.default_stats().counters.sent_bytes, 2000);
+    assert_eq!(q.totals().sent_packets, 4);
+    assert!(q.circuit_stats(5).is_none());
+}
+
+#[test]
+fn each_circuit_is_held_to_its_plan() {
+    // 8 and 16 Mbit/s: 1000 and 2000 bytes per ms.
+    let mut q = shaper(&config(&[8, 16]));
+    let mut seq = 0;
+    for _ in 0..400 {
+        for slot in 0..2 {
+            q.enqueue(0, TestPacket::new(1000, slot, seq), &meta(Some(slot), slot));
+            seq += 1;
+        }
+    }
+    let out = drain_until(&mut q, 0, 100 * MS);
+    let a = out.iter().filter(|p| p.flow == 0).count();
+    let b = out.iter().filter(|p| p.flow == 1).count();
+    // 100 ms: ~100 and ~200 packets (plus CAKE's initial packet each).
+    assert!((99..=102).contains(&a), "{a}");
+    assert!((199..=202).contains(&b), "{b}");
+}
+
+#[test]
+fn an_idle_circuit_releases_its_instance_and_a_new_packet_recreates_it() {
+    let mut q = shaper(&config(&[10]));
+    q.enqueue(0, TestPacket::new(500, 0, 0), &meta(Some(0), 0));
+    assert_eq!(drain_until(&mut q, 0, 0).len(), 1);
+    assert_eq!(q.active_instances(), 1);
+    // Not yet: empty for less than idle_release_ns.
+    assert!(matches!(q.dequeue(SEC / 2), Dequeue::Empty));
+    assert_eq!(q.active_instances(), 1);
+    assert!(matches!(q.dequeue(SEC + 1), Dequeue::Empty));
+    assert_eq!(q.active_instances(), 0);
+    assert_eq!(q.spare_instances(), 1);
+    let st = q.circuit_stats(0).unwrap();
+    assert!(!st.active);
+    assert_eq!(st.counters.sent_packets, 1, "counters outlive the instance");
+    q.enqueue(2 * SEC, TestPacket::new(500, 0, 1), &meta(Some(0), 0));
+    assert_eq!(q.active_instances(), 1);
+    assert_eq!(q.spare_instances(), 0, "taken from the pool");
+    let st = q.circuit_stats(0).unwrap();
+    assert_eq!(
+        st.tins[0].sent_packets + st.tins[1].sent_packets + st.tins[2].sent_packets,
+        0
+    );
+    assert_eq!(drain_until(&mut q, 2 * SEC, 3 * SEC).len(), 1);
+    assert_eq!(q.circuit_stats(0).unwrap().counters.sent_packets, 2);
+    q.check_invariants().unwrap();
+}
+
+#[test]
+fn the_link_cap_holds_the_sum_and_circuits_share_it() {
+    let mut c = config(&[80, 80, 80, 80]);
+    c.link.rate = Rate::from_bits_per_sec(80_000_000); // 10 000 bytes per ms
+    let mut q = shaper(&c);
+    let mut seq = 0;
+    for _ in 0..1000 {
+        for slot in 0..4 {
+            q.enqueue(0, TestPacket::new(1000, slot, seq), &meta(Some(slot), slot));
+            seq += 1;
+        }
+    }
+    let out = drain_until(&mut q, 0, 100 * MS);
+    let total = out.len();
+    assert!((995..=1010).contains(&total), "{total}");
+    for slot in 0..4 {
+        let n = out.iter().filter(|p| p.flow == slot).count();
+        assert!((245..=255).contains(&n), "slot {slot}: {n}");
+    }
+}
+
+#[test]
+fn the_bypass_passes_an_empty_circuit_and_stops_at_the_first_that_cannot_pass() {
+    let mut q = shaper(&config(&[8, 8]));
+    let pkts: Vec<TestPacket> = (0..3).map(|i| TestPacket::new(1000, 0, i)).collect();
+    let metas = [meta(Some(0), 0), meta(Some(1), 1), meta(Some(0), 0)];
+    let done = q.bypass_burst(0, &pkts, &metas);
+    // Slot 0's first packet uses its credit; slot 1 passes; slot 0's second must wait.
+    assert_eq!(done.packets, 2);
+    assert_eq!(done.bytes, 2000);
+    assert_eq!(q.circuit_stats(0).unwrap().counters.sent_packets, 1);
+    assert_eq!(q.circuit_stats(1).unwrap().counters.sent_packets, 1);
+    assert!(q.is_empty());
+    q.check_invariants().unwrap();
+}
+
+#[test]
+fn a_rate_only_plan_change_keeps_the_instance_state() {
+    let c = config(&[8, 8]);
+    let mut q = shaper(&c);
+    for i in 0..50 {
+        q.enqueue(0, TestPacket::new(1000, 0, i), &meta(Some(0), i as u32 % 5));
+        q.enqueue(0, TestPacket::new(1000, 1, i), &meta(Some(1), 1));
+    }
+    drain_until(&mut q, 0, 10 * MS);
+    let inst = q.instance(0).unwrap();
+    let (len, backlog, cursors) = (inst.len(), inst.backlog_bytes(), inst.cursors());
+    let mut plans: Vec<Option<CircuitPlan>> = c.plans.to_vec();
+    plans[0].as_mut().unwrap().rate = Rate::from_bits_per_sec(16_000_000);
+    let c2 = CircuitShaperConfig {
+        plans: Arc::from(plans),
+        ..c.clone()
+    };
+    q.reconfigure(&c2).unwrap();
+    let inst = q.instance(0).unwrap();
+    assert_eq!(
+        (inst.len(), inst.backlog_bytes(), inst.cursors()),
+        (len, backlog, cursors)
+    );
+    assert_eq!(inst.current_rate(), Rate::from_bits_per_sec(16_000_000));
+    assert_eq!(
+        inst.config().rate,
+        Rate::from_bits_per_sec(8_000_000),
+        "set_rate, not reconfigure"
+    );
+    q.check_invariants().unwrap();
+}
+
+#[test]
+fn a_full_plan_change_and_a_removal_lose_nothing() {
+    let c = config(&[8, 8, 8]);
+    let mut q = shaper(&c);
+    for i in 0..30 {
+        for slot in 0..3 {
+            // ECN-capable, so that COBALT marks instead of dropping: every packet must
+            // come out.
+            let mut p = TestPacket::new(1000, slot, i);
+            p.ect = true;
+            q.enqueue(0, p, &meta(Some(slot), slot));
+        }
+    }
+    let mut plans: Vec<Option<CircuitPlan>> = c.plans.to_vec();
+    plans[0].as_mut().unwrap().cake.diffserv = DiffservMode::Besteffort;
+    plans[2] = None;
+    plans.push(Some(CircuitPlan::plain(Rate::from_bits_per_sec(1_000_000))));
+    let c2 = CircuitShaperConfig {
+        plans: Arc::from(plans),
+        ..c.clone()
+    };
+    q.reconfigure(&c2).unwrap();
+    q.check_invariants().unwrap();
+    assert_eq!(q.len(), 90);
+    let out = drain_until(&mut q, 0, 10 * SEC);
+    assert_eq!(out.len(), 90);
+    for slot in 0..3 {
+        let seqs: Vec<u64> = out
+            .iter()
+            .filter(|p| p.flow == slot)
+            .map(|p| p.seq)
+            .collect();
+        assert_eq!(seqs, (0..30).collect::<Vec<_>>(), "slot {slot}");
+    }
+    // The removed slot drained and gave its instance back at once.
+    assert!(q.instance(2).is_none());
+    assert!(q.instance(0).is_some());
+}
+
+#[test]
+fn a_plain_plan_is_recognised() {
+    assert!(CircuitPlan::plain(Rate::from_bits_per_sec(1_000_000)).is_plain());
+    assert!(!CircuitPlan::new(Rate::from_bits_per_sec(1_000_000)).is_plain());
+}
+
+#[test]
+fn validation_names_the_slot() {
+    let mut c = config(&[8, 8]);
+    let mut plans = c.plans.to_vec();
+    plans[1].as_mut().unwrap().min = Some(Rate::from_bits_per_sec(9_000_000));
+    c.plans = Arc::from(plans);
+    let e = c.validate().unwrap_err();
+    assert!(e.to_string().contains("slot 1"), "{e}");
+    let c = CircuitShaperConfig {
+        circuit_memory_limit: 0,
+        ..CircuitShaperConfig::default()
+    };
+    assert_eq!(c.validate(), Err(CircuitConfigError::ZeroMemoryLimit));
+}

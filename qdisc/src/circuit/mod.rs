@@ -30,16 +30,16 @@ mod tests;
 pub use config::{CircuitConfigError, CircuitPlan, CircuitShaperConfig, MAX_SLOTS, PLAIN_AQM_NS};
 pub use stats::{CircuitCounters, CircuitStats, CircuitTinStats};
 
-use crate::cake::{Cake, CakeConfig};
+use crate::cake::{CakeConfig, SubscriberCake};
 use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
 
 use gate::LinkGate;
 use sched::{IdleQueue, ReadyRing, TimerHeap};
 use stats::Baselines;
 
-/// The CAKE instance each circuit runs. A plain `Cake` until a subscriber-sized variant
-/// (fewer flow queues per tin) is available; everything here goes through this alias.
-pub type CircuitCake<P> = Cake<P>;
+/// The CAKE instance each circuit runs: subscriber-sized (64 flow queues per tin), so that
+/// ten thousand live instances fit in memory. Everything here goes through this alias.
+pub type CircuitCake<P> = SubscriberCake<P>;
 
 const NIL: u32 = u32::MAX;
 /// The id of the default class.
@@ -315,10 +315,11 @@ impl<P: Packet> CircuitShaper<P> {
                 }
                 c
             }
-            None => match Cake::new(&want) {
+            None => match CircuitCake::new(&want) {
                 Ok(c) => Box::new(c),
                 Err(_) => Box::new(
-                    Cake::new(&CakeConfig::default()).expect("the default CAKE config is valid"),
+                    CircuitCake::new(&CakeConfig::default())
+                        .expect("the default CAKE config is valid"),
                 ),
             },
         };
@@ -382,8 +383,11 @@ impl<P: Packet> CircuitShaper<P> {
         }
     }
 
-    /// Releases the instances that have been empty for `idle_release_ns`.
-    fn release_idle(&mut self, now: u64) {
+    /// Releases the instances that have been empty for `idle_release_ns`. Every enqueue
+    /// and dequeue does this; a caller whose shaper may sit idle for long can call it from
+    /// its housekeeping to give the memory back sooner.
+    pub fn release_idle(&mut self, now_ns: u64) {
+        let now = self.clamp(now_ns);
         let after = self.config.idle_release_ns;
         while let Some((t, id)) = self.idle.front() {
             if t.saturating_add(after) > now {

@@ -166,6 +166,7 @@ fn a_rate_only_plan_change_keeps_the_instance_state() {
     drain_until(&mut q, 0, 10 * MS);
     let inst = q.instance(0).unwrap();
     let (len, backlog, cursors) = (inst.len(), inst.backlog_bytes(), inst.cursors());
+    let tins = q.circuit_stats(0).unwrap().tins;
     let mut plans: Vec<Option<CircuitPlan>> = c.plans.to_vec();
     plans[0].as_mut().unwrap().rate = Rate::from_bits_per_sec(16_000_000);
     let c2 = CircuitShaperConfig {
@@ -184,6 +185,20 @@ fn a_rate_only_plan_change_keeps_the_instance_state() {
         Rate::from_bits_per_sec(8_000_000),
         "set_rate, not reconfigure"
     );
+    let after = q.circuit_stats(0).unwrap().tins;
+    for (a, b) in tins.iter().zip(&after) {
+        // Same queues, flows and counters; only the threshold rate follows the plan.
+        let state = |t: &CircuitTinStats| {
+            (
+                t.backlog_bytes,
+                t.sparse_flows,
+                t.bulk_flows,
+                t.sent_packets,
+                t.dropped_packets,
+            )
+        };
+        assert_eq!(state(a), state(b));
+    }
     q.check_invariants().unwrap();
 }
 

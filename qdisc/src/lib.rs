@@ -162,6 +162,13 @@ pub trait Qdisc<P: Packet> {
     /// classifies a packet that bypasses an empty pfifo_fast (`TCQ_F_CAN_BYPASS`).
     const BYPASS_READS_META: bool = true;
 
+    /// Whether [`Qdisc::bypass_burst`] may be offered while packets are queued. False for
+    /// a discipline whose bypass needs the whole queue empty (CAKE, the FIFO: [`mq::TxQueue`]
+    /// then skips the call); true for one that decides per class, as
+    /// [`circuit::CircuitShaper`] does per circuit (a packet passes only when its own
+    /// circuit holds nothing, so no earlier packet of its flow can be waiting).
+    const BYPASS_WHILE_BACKLOGGED: bool = false;
+
     /// Queues `pkt`. Never fails; drops it causes are reported in the result.
     fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Enqueued;
 

@@ -490,6 +490,9 @@ impl<P: Packet> CircuitShaper<P> {
 }
 
 impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
+    /// The bypass decides per circuit (see [`Qdisc::bypass_burst`] below).
+    const BYPASS_WHILE_BACKLOGGED: bool = true;
+
     fn enqueue(&mut self, now_ns: u64, pkt: P, meta: &PacketMeta) -> Enqueued {
         let now = self.clamp(now_ns);
         self.release_idle(now);

@@ -261,3 +261,49 @@ fn validation_names_the_slot() {
     };
     assert_eq!(c.validate(), Err(CircuitConfigError::ZeroMemoryLimit));
 }
+
+#[test]
+fn a_tx_queue_bypasses_an_empty_circuit_while_another_is_backlogged() {
+    use crate::mq::{Offerer, TxQueue, TxQueueOptions};
+    let q = TxQueue::new(shaper(&config(&[8, 8])), TxQueueOptions::default());
+    let mut out = Vec::new();
+    // Slot 0: three packets; the first passes, the others wait for its shaper.
+    let mut pkts: Vec<TestPacket> = (0..3).map(|i| TestPacket::new(1000, 0, i)).collect();
+    let mut metas = vec![meta(Some(0), 0); 3];
+    let r = q.enqueue_burst(
+        0,
+        &mut pkts,
+        &mut metas,
+        |_, _| {},
+        &mut out,
+        Offerer::Runner,
+    );
+    assert_eq!((r.bypassed, r.queued), (1, 2));
+    // Slot 1 holds nothing: its packet passes although slot 0 is backlogged.
+    let mut pkts = vec![TestPacket::new(1000, 1, 0)];
+    let mut metas = vec![meta(Some(1), 1)];
+    out.clear();
+    let r = q.enqueue_burst(
+        0,
+        &mut pkts,
+        &mut metas,
+        |_, _| {},
+        &mut out,
+        Offerer::Runner,
+    );
+    assert_eq!((r.bypassed, r.queued), (1, 0));
+    assert_eq!(out.len(), 1);
+    // Slot 0 again: it holds packets, so this one queues behind them.
+    let mut pkts = vec![TestPacket::new(1000, 0, 3)];
+    let mut metas = vec![meta(Some(0), 0)];
+    let r = q.enqueue_burst(
+        0,
+        &mut pkts,
+        &mut metas,
+        |_, _| {},
+        &mut out,
+        Offerer::Runner,
+    );
+    assert_eq!((r.bypassed, r.queued), (0, 1));
+    assert_eq!(q.backlog(), 3);
+}

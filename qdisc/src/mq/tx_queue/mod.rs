@@ -452,7 +452,9 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         }
         let pending = guard.with(|r| {
             let now_ns = r.sync.clamp(now_ns);
-            let done = if self.bypass && r.qdisc.is_empty() {
+            let done = if self.bypass
+                && (<Q as crate::Qdisc<P>>::BYPASS_WHILE_BACKLOGGED || r.qdisc.is_empty())
+            {
                 r.qdisc.bypass_burst(now_ns, pkts, metas)
             } else {
                 crate::BurstBypass::default()

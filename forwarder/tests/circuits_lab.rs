@@ -609,6 +609,9 @@ struct Snapshot {
     report: serde_json::Value,
     /// Per subscriber: bytes its eth0 received (the download egress of its circuit) and sent.
     subs: Vec<(f64, f64)>,
+    /// Per subscriber: bytes its circuit delivered (download, upload), as the forwarder
+    /// counts them (`ctl circuits json`), when it shapes circuits.
+    circuits: Option<Vec<(f64, f64)>>,
 }
 
 /// One loaded phase's measurements.
@@ -632,16 +635,31 @@ impl Phase {
         (pick(&self.after) - pick(&self.before)) / span
     }
 
+    /// Bytes per second circuit `k` delivered in one direction, as the forwarder counts
+    /// them, when it reports circuits.
+    fn circuit_rate(&self, k: usize, download: bool) -> Option<f64> {
+        let pick = |s: &Snapshot| {
+            s.circuits
+                .as_ref()
+                .map(|c| if download { c[k].0 } else { c[k].1 })
+        };
+        let span = self.after.at.duration_since(self.before.at).as_secs_f64();
+        Some((pick(&self.after)? - pick(&self.before)?) / span)
+    }
+
     /// Subscriber `k`'s goodput in one direction over its circuit's ceiling after headers at
     /// `plan_bps`: the plan times a full frame's payload share, times the share of the
     /// circuit's egress bytes that were data frames (the rest are the other direction's ACKs
-    /// and the probe, which the same circuit queue carries). The egress is what the
-    /// subscriber's veth received (download) or sent (upload: that includes what the shaper
-    /// dropped, a few per mille of TCP's frames, which reads as a slightly higher ratio).
+    /// and the probe, which the same circuit queue carries). The egress is what the forwarder
+    /// says the circuit delivered; without circuit counters, what the subscriber's veth
+    /// received (download) or sent (upload: that includes what a shaper dropped, a few per
+    /// mille of TCP's frames, which reads as a slightly higher ratio).
     fn circuit_ratio(&self, k: usize, download: bool, plan_bps: f64) -> f64 {
         let g = if download { self.down[k] } else { self.up[k] };
         let (frame, payload) = SUBSCRIBERS[k].access.frame_and_payload();
-        let egress = self.sub_rate(k, download);
+        let egress = self
+            .circuit_rate(k, download)
+            .unwrap_or_else(|| self.sub_rate(k, download));
         if g.secs <= 0.0 || egress <= 0.0 {
             return 0.0;
         }
@@ -703,7 +721,23 @@ impl Lab {
     fn snapshot(&self, fwd: &Forwarder) -> Snapshot {
         let text = self.ctl(fwd, &["stats", "--json"]);
         let report = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        let circuits: Option<serde_json::Value> =
+            serde_json::from_str(&self.ctl(fwd, &["circuits", "json"])).ok();
+        let circuits = circuits.and_then(|c| {
+            let rows = c["rows"].as_array()?;
+            SUBSCRIBERS
+                .iter()
+                .map(|s| {
+                    let row = rows.iter().find(|r| r["id"] == s.id.to_string())?;
+                    Some((
+                        row["download"]["sent_bytes"].as_f64()?,
+                        row["upload"]["sent_bytes"].as_f64()?,
+                    ))
+                })
+                .collect()
+        });
         Snapshot {
+            circuits,
             at: Instant::now(),
             report,
             subs: SUBSCRIBERS

@@ -728,7 +728,9 @@ impl Lab {
             SUBSCRIBERS
                 .iter()
                 .map(|s| {
-                    let row = rows.iter().find(|r| r["id"] == s.id.to_string())?;
+                    let row = rows
+                        .iter()
+                        .find(|r| r["id"].as_str().and_then(|v| v.parse().ok()) == Some(s.id))?;
                     Some((
                         row["download"]["sent_bytes"].as_f64()?,
                         row["upload"]["sent_bytes"].as_f64()?,

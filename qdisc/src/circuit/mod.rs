@@ -68,6 +68,9 @@ struct SlotState {
     queued_idle: bool,
     /// When its instance last became empty.
     empty_since: u64,
+    /// True when the slot has a plan (a copy of `plans[slot].is_some()`, so that the
+    /// packet path reads this record rather than the plans array).
+    planned: bool,
     counters: CircuitCounters,
 }
 
@@ -79,6 +82,7 @@ impl Default for SlotState {
             sched: Sched::Idle,
             queued_idle: false,
             empty_since: 0,
+            planned: false,
             counters: CircuitCounters::default(),
         }
     }
@@ -140,6 +144,10 @@ impl<P: Packet> CircuitShaper<P> {
             retired: CircuitCounters::default(),
         };
         s.grow(config.plans.len() + 1);
+        s.slots[DEFAULT_ID as usize].planned = true;
+        for (slot, plan) in config.plans.iter().enumerate() {
+            s.slots[slot + 1].planned = plan.is_some();
+        }
         Ok(s)
     }
 
@@ -283,7 +291,7 @@ impl<P: Packet> CircuitShaper<P> {
     #[inline]
     fn class_of(&self, meta: &PacketMeta) -> u32 {
         match meta.circuit {
-            Some(slot) if self.config.plan(slot).is_some() => slot + 1,
+            Some(slot) if self.slots.get(slot as usize + 1).is_some_and(|s| s.planned) => slot + 1,
             _ => DEFAULT_ID,
         }
     }
@@ -371,8 +379,8 @@ impl<P: Packet> CircuitShaper<P> {
     /// `id` holds nothing now and is off the ring and heap: it waits for release (at
     /// once when its slot no longer has a plan).
     fn mark_empty(&mut self, id: u32, now: u64) {
-        let removed = id != DEFAULT_ID && self.config.plan(id - 1).is_none();
         let s = &mut self.slots[id as usize];
+        let removed = !s.planned;
         s.sched = Sched::Idle;
         s.empty_since = now;
         if removed {

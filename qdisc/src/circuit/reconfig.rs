@@ -46,6 +46,7 @@ impl<P: Packet> CircuitShaper<P> {
         if !(same_limits && Arc::ptr_eq(&old.plans, &config.plans)) {
             for slot in 0..slots as u32 {
                 let id = slot + 1;
+                self.slots[id as usize].planned = config.plan(slot).is_some();
                 match (old.plan(slot), config.plan(slot)) {
                     (None, None) => {}
                     (Some(_), None) => {

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The forwarder container's command in the compose lab: cakewalk between the two lab networks
-# (CW_IFACE_A/B, found by the entry point), shaped at CW_RATE with CW_QUEUE, writing its stats
+# (CW_IFACE_A/B, found by the entry point), shaped at CW_RATE with CW_QUEUE and any further
+# flags in CW_ARGS (split on spaces: `--set shaper.upload.ack_filter=true`), writing its stats
 # to /tmp/stats.jsonl. CW_PORT_KIND picks the backend:
 #   afpacket  cakewalk's own AF_PACKET ports (default);
 #   dpdk      DPDK's net_af_packet vdevs on the same interfaces (an image built with
@@ -10,7 +11,7 @@
 set -eu
 : "${CW_IFACE_A:?the entry point found no interface A (CW_IFACE_A_NET)}"
 : "${CW_IFACE_B:?the entry point found no interface B (CW_IFACE_B_NET)}"
-common="--queue ${CW_QUEUE:-cake} --rate ${CW_RATE:-100mbit} --idle sleep --duration 0 --stats-json /tmp/stats.jsonl"
+common="--queue ${CW_QUEUE:-cake} --rate ${CW_RATE:-100mbit} --idle sleep --duration 0 --stats-json /tmp/stats.jsonl ${CW_ARGS:-}"
 case ${CW_PORT_KIND:-afpacket} in
   afpacket)
     # shellcheck disable=SC2086

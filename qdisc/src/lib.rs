@@ -1,7 +1,8 @@
 //! Sans-I/O queueing disciplines for cakewalk: one CAKE instance ([`cake::Cake`]), one CAKE
 //! per subscriber under a link cap ([`circuit::CircuitShaper`], docs/design.md "Circuits:
-//! one CAKE per subscriber"), the cake_mq multi-queue layer ([`mq`]) and a pfifo_fast-style
-//! baseline ([`fifo::Fifo`]).
+//! one CAKE per subscriber"), the cake_mq multi-queue layer ([`mq`]), rate trees that share
+//! node caps among many shapers ([`rate_tree`]) and a pfifo_fast-style baseline
+//! ([`fifo::Fifo`]).
 //!
 //! Nothing here reads a clock, starts a thread or allocates per packet. Every call that needs
 //! time takes `now_ns`, a monotonic nanosecond count chosen by the caller; header facts arrive
@@ -24,6 +25,7 @@ pub mod fifo;
 pub mod mq;
 mod packet;
 mod rate;
+pub mod rate_tree;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -10,6 +10,7 @@
 use crossbeam_utils::CachePadded;
 
 use super::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use crate::rate_tree::water::{self, Fill, Point, Want};
 use crate::Rate;
 
 /// How the global rate is split among the active queues.
@@ -345,30 +346,26 @@ impl DemandSet {
 /// (never worse than Linux's split, and room to grow until its next sync) and at most the
 /// fair level.
 fn work_conserving_share(rate: u64, mine: Option<u64>, demands: &DemandSet) -> u64 {
-    let mut finite = demands.finite;
-    let finite = &mut finite[..demands.finite_len];
-    finite.sort_unstable();
     // Never below half the rate for the active queues: a reservation is an estimate.
     let rate = rate.saturating_sub(demands.reserved).max(rate / 2);
-    let mut remaining = rate;
-    let mut left = u64::from(demands.count);
-    for &d in finite.iter() {
-        // Water-filling: every demand below the current level is granted in full.
-        if d.saturating_mul(left) > remaining {
-            break;
-        }
-        remaining -= d;
-        left -= 1;
-    }
-    let level = remaining / left.max(1);
+    let finite = &demands.finite[..demands.finite_len];
+    let unbounded = u64::from(demands.count) - finite.len() as u64;
+    // The one-level case of the tree's split (docs/design.md, "Shared rates: from cake_mq
+    // to a tree"): no floors, each thin queue capped at what it used.
+    let wants = finite.iter().map(|&d| Want { min: 0, max: d });
+    let mut points = [Point::default(); MAX_TRACKED];
+    let fill = water::fill(rate, wants, unbounded, &mut points);
     let equal = rate / u64::from(demands.count.max(1));
-    match mine {
-        None => level.max(equal),
-        Some(d) if left == 0 => {
-            // Everyone is below its fair level: the slack goes to whoever grows first.
-            remaining.saturating_add(d).max(equal)
-        }
-        Some(_) => level.max(equal),
+    match (fill, mine) {
+        // Everyone is below its fair level: the slack goes to whoever grows first.
+        (Fill::Met { slack }, Some(d)) => slack.saturating_add(d).max(equal),
+        (Fill::Met { slack }, None) => slack.max(equal),
+        // Saturated queues get the fair level, and so does a thin queue above it; a thin
+        // queue below it keeps at least the equal share (never worse than Linux's split,
+        // and room to grow until its next sync).
+        (Fill::Level(level), _) => level.max(equal),
+        // Without floors the mins never exceed the rate.
+        (Fill::Scaled { .. }, _) => equal,
     }
 }
 

@@ -57,6 +57,13 @@ fn expected(demands: &[Demand]) -> Vec<Option<u64>> {
     out
 }
 
+/// Explores `f` with loom, at most three preemptions per execution (as `tests/loom.rs`).
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(f);
+}
+
 fn shared() -> Arc<SharedTree> {
     let config = TreeSyncConfig {
         interval_ns: 0,
@@ -89,7 +96,7 @@ fn check(t: &SharedTree, demands: &[Demand]) {
 
 #[test]
 fn concurrent_syncs_publish_the_shares_of_every_demand() {
-    loom::model(|| {
+    model(|| {
         let t = shared();
         let b = {
             let t = t.clone();
@@ -103,7 +110,7 @@ fn concurrent_syncs_publish_the_shares_of_every_demand() {
 
 #[test]
 fn a_leaf_that_turns_idle_lends_its_share_back() {
-    loom::model(|| {
+    model(|| {
         let t = shared();
         let b = {
             let t = t.clone();

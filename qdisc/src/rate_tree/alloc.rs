@@ -8,8 +8,9 @@
 //! than its share) is counted at what it used, and given headroom above that to grow into
 //! until the next computation (see [`thin_share`]).
 
+use super::shared::MIN_ROOM_BPS;
 use super::water::{self, Point, Want};
-use super::{Demand, RateTree, NO_CAP};
+use super::{Demand, RateTree};
 
 /// Marks a child entry as a node rather than a leaf.
 const NODE: u32 = 1 << 31;
@@ -178,13 +179,19 @@ impl Allocator {
     }
 }
 
-/// The share of a thin leaf that got all it used (`used`): room above that to grow into
-/// before the next computation, so that it reads as thin again (under the 90 % saturation
-/// mark) instead of flipping to saturated at every other sync, and never less than its min.
-/// The room is not taken from the siblings' split (they get what the leaf did not use); it
-/// is what the tree may overshoot, for one interval, if every thin leaf grows at once.
+/// The share of a thin leaf that got all it used (`used`, its average rate): room above
+/// that to grow into before the next computation, and never less than its min.
+///
+/// The room is a quarter of its rate plus the larger of 1/64 of its max and
+/// [`super::shared::MIN_ROOM_BPS`]: enough that a thin leaf reads as thin again (under the
+/// 90 % saturation mark) instead of flipping to saturated, which would make it want its
+/// whole max and shrink its saturated cousins' shares for an interval. A slow leaf's
+/// average jumps by a packet's worth at each packet, so the room must hold a couple of
+/// packets per averaging horizon whatever its rate. The room is not taken from the
+/// siblings' split (they get what the leaf did not use); it is what the tree may
+/// overshoot, for one interval, if every thin leaf grows at once.
 fn thin_share(min: u64, max: u64, used: u64) -> u64 {
-    let room = used / 4 + if max == NO_CAP { used / 4 } else { max / 64 };
+    let room = used / 4 + (max / 64).max(MIN_ROOM_BPS);
     used.saturating_add(room).max(min).min(max)
 }
 
@@ -286,13 +293,21 @@ mod tests {
 
     #[test]
     fn a_thin_leaf_keeps_room_to_grow_and_its_siblings_get_the_rest() {
-        let tree = RateTree::new(r(1000), &[], &[leaf(None, 640, 0), leaf(None, 640, 0)]).unwrap();
-        let s = shares(&tree, &[Demand::Thin(100), Demand::Saturated]);
+        let tree = RateTree::new(
+            r(20_000_000),
+            &[],
+            &[leaf(None, 10_000_000, 0), leaf(None, 10_000_000, 0)],
+        )
+        .unwrap();
+        let s = shares(&tree, &[Demand::Thin(100_000), Demand::Saturated]);
         assert_eq!(
-            s[1], 640,
+            s[1], 10_000_000,
             "the thin leaf's unused part is lent, up to the max"
         );
-        assert_eq!(s[0], 100 + 25 + 10);
+        assert_eq!(s[0], 100_000 + 25_000 + 10_000_000 / 64);
+        let tree = RateTree::new(r(1_000_000), &[], &[leaf(None, 1_000_000, 0); 2]).unwrap();
+        let s = shares(&tree, &[Demand::Thin(100_000), Demand::Saturated]);
+        assert_eq!(s, [100_000 + 25_000 + MIN_ROOM_BPS, 900_000]);
     }
 
     #[test]

@@ -234,6 +234,11 @@ impl SharedTree {
 /// rate, short enough to follow a change of demand within a few tens of ms.
 const DEMAND_HORIZON_NS: u64 = 20_000_000;
 
+/// The least room a thin leaf gets above its average (bytes/s): two full-size packets per
+/// [`DEMAND_HORIZON_NS`], the most a slow leaf's average moves with its packets (see
+/// `alloc::thin_share`).
+pub(super) const MIN_ROOM_BPS: u64 = 2 * 1514 * 1_000_000_000 / DEMAND_HORIZON_NS;
+
 /// How long a light leaf that went quiet keeps its average reserved (cake_mq's
 /// `SPARSE_HORIZON_NS`, for the same reason: a sparse sender is quiet at most syncs).
 const QUIET_HORIZON_NS: u64 = 100_000_000;
@@ -430,10 +435,7 @@ mod tests {
         m.delivered(100);
         m.publish(&t, 5_000_000_000, 0);
         assert!(t.compute_if_due(5_000_000_000));
-        assert_eq!(
-            m.take_share(&t),
-            Some(Rate::from_bytes_per_sec(100 + 25 + 15))
-        );
+        assert_eq!(m.take_share(&t), Some(Rate::from_bytes_per_sec(1000)));
         assert_eq!(m.take_share(&t), None);
         // Quiet for one short window: a light leaf keeps its (fading) average reserved.
         assert_eq!(m.publish(&t, 5_001_000_000, 0), Demand::Thin(95));

@@ -57,10 +57,12 @@ fn expected(demands: &[Demand]) -> Vec<Option<u64>> {
     out
 }
 
-/// Explores `f` with loom, at most three preemptions per execution (as `tests/loom.rs`).
-fn model(f: impl Fn() + Sync + Send + 'static) {
+/// Explores `f` with loom, at most `preemptions` preemptions per execution (three, as in
+/// `tests/loom.rs`, for one sync per owner; two when an owner syncs twice, which is as many
+/// as finish in minutes).
+fn model(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
+    builder.preemption_bound = Some(preemptions);
     builder.check(f);
 }
 
@@ -96,7 +98,7 @@ fn check(t: &SharedTree, demands: &[Demand]) {
 
 #[test]
 fn concurrent_syncs_publish_the_shares_of_every_demand() {
-    model(|| {
+    model(3, || {
         let t = shared();
         let b = {
             let t = t.clone();
@@ -110,7 +112,7 @@ fn concurrent_syncs_publish_the_shares_of_every_demand() {
 
 #[test]
 fn a_leaf_that_turns_idle_lends_its_share_back() {
-    model(|| {
+    model(2, || {
         let t = shared();
         let b = {
             let t = t.clone();

@@ -1,5 +1,6 @@
-//! A rate tree in virtual time: 1 000 real CAKE leaves (one per circuit) under 3 sites and
-//! 12 access points, synced by two owners through one `SharedTree`, under shifting demand.
+//! A rate tree in virtual time: 1 000 real CAKE leaves (`SubscriberCake`, one per circuit,
+//! as `qdisc::circuit` runs them) under 3 sites and 12 access points, synced by two owners
+//! through one `SharedTree`, under shifting demand.
 //!
 //! Every check compares quantities from the same simulated run against a plain oracle (a
 //! floating-point bisection over each node's water level, written apart from the crate's
@@ -19,7 +20,7 @@
 //! no packet is dropped, lost or reordered, and no rate change clears a tin or moves CAKE's
 //! dequeue cursors. `TREE_SIM_DEBUG=1` prints every node's rate and oracle per window.
 
-use qdisc::cake::{Cake, CakeConfig, DiffservMode, LinkPreset};
+use qdisc::cake::{CakeConfig, DiffservMode, LinkPreset, SubscriberCake};
 use qdisc::rate_tree::{LeafMeter, RateTree, SharedTree, TreeLeaf, TreeNode, TreeSyncConfig};
 use qdisc::testing::{udp_meta, TestPacket};
 use qdisc::{Dequeue, Qdisc, Rate};
@@ -196,7 +197,7 @@ fn oracle(srcs: &[Src]) -> Expected {
 
 struct Circuit {
     index: usize,
-    cake: Cake<TestPacket>,
+    cake: SubscriberCake<TestPacket>,
     meter: LeafMeter,
     src: Src,
     next_arrival: u64,
@@ -220,7 +221,7 @@ impl Circuit {
         LinkPreset::Raw.apply(&mut config);
         Circuit {
             index,
-            cake: Cake::new(&config).unwrap(),
+            cake: SubscriberCake::new(&config).unwrap(),
             meter,
             src: Src::Off,
             next_arrival: u64::MAX,

@@ -98,6 +98,9 @@ pub struct CircuitShaperConfig {
     pub circuit_packet_limit: u32,
     /// Released instances kept for reuse (and built up front); more are freed.
     pub spare_instances: usize,
+    /// The node tree this direction's circuits share ([`super::TreeRef::build`]): each
+    /// circuit then runs at its share of its nodes' caps, not at its plan alone.
+    pub rate_tree: Option<super::TreeRef>,
 }
 
 impl Default for CircuitShaperConfig {
@@ -112,6 +115,7 @@ impl Default for CircuitShaperConfig {
             circuit_memory_limit: 4 << 20,
             circuit_packet_limit: 2048,
             spare_instances: 16,
+            rate_tree: None,
         }
     }
 }

@@ -26,9 +26,11 @@ mod sched;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod tree;
 
 pub use config::{CircuitConfigError, CircuitPlan, CircuitShaperConfig, MAX_SLOTS, PLAIN_AQM_NS};
 pub use stats::{CircuitCounters, CircuitStats, CircuitTinStats};
+pub use tree::TreeRef;
 
 use crate::cake::{CakeConfig, SubscriberCake};
 use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
@@ -119,6 +121,8 @@ pub struct CircuitShaper<P> {
     last_now: u64,
     /// Counters of circuits whose slot was handed to a new circuit.
     retired: CircuitCounters,
+    /// The node tree the circuits share, when the config carries one (`tree.rs`).
+    tree: Option<tree::TreeLink>,
 }
 
 impl<P: Packet> CircuitShaper<P> {
@@ -142,6 +146,7 @@ impl<P: Packet> CircuitShaper<P> {
             backlog: 0,
             last_now: 0,
             retired: CircuitCounters::default(),
+            tree: tree::TreeLink::for_config(config, None),
         };
         s.grow(config.plans.len() + 1);
         s.slots[DEFAULT_ID as usize].planned = true;
@@ -529,6 +534,7 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
     fn dequeue(&mut self, now_ns: u64) -> Dequeue<P> {
         let now = self.clamp(now_ns);
         self.release_idle(now);
+        self.sync_tree(now);
         let quantum = self.gate.quantum();
         loop {
             while let Some((t, id)) = self.heap.peek() {

@@ -81,13 +81,14 @@ impl<P: Packet> CircuitShaper<P> {
             }
         }
         self.spare.truncate(config.spare_instances);
+        self.tree = super::tree::TreeLink::for_config(config, self.tree.take());
         Ok(())
     }
 
     /// Moves `id`'s instance, if any, from `old` to `new`: `set_rate` for a rate-only
     /// difference, a full reconfigure otherwise; then places it again in the scheduler
     /// when its shaper's next send time moved.
-    fn retune(&mut self, id: u32, old: &CakeConfig, new: &CakeConfig, now: u64) {
+    pub(super) fn retune(&mut self, id: u32, old: &CakeConfig, new: &CakeConfig, now: u64) {
         let idx = self.slots[id as usize].inst;
         if idx == NIL || old == new {
             return;

@@ -6,8 +6,13 @@
 //! `f % 10 000`. Packets are 64-byte frames, or an IMIX cycle (seven 64-byte, four
 //! 576-byte and one 1500-byte frame). Each step enqueues a burst of 32 packets (flows in
 //! round robin), then dequeues 32, the way the forwarder's TX queues run; the clock
-//! advances 100 ns per packet (10 Mpps offered). A start with one packet queued per flow
-//! keeps every circuit active.
+//! advances 100 ns per packet (10 Mpps offered). A start with 10 000 packets queued (one per
+//! circuit, within the link CAKE's packet limit) keeps a standing backlog.
+//!
+//! The rows' flow order puts consecutive packets in different circuits (the worst case for
+//! the circuit layer: every enqueue touches a cold instance), except `circuits_grouped`,
+//! where a circuit's ten flows follow each other (what a receive burst from one subscriber
+//! looks like).
 //!
 //! * `link_cake`: one CAKE (diffserv3, triple-isolate), unlimited: the baseline.
 //! * `circuits`: 10 000 circuits at 100 Mbit/s each (their plans never bind at 1000
@@ -16,6 +21,7 @@
 //! * `circuits_held`: plans of 256 kbit/s, half what each circuit is offered at 64 bytes,
 //!   so circuits wait in the timer heap between packets.
 //! * `circuits_capped`: 100 Mbit/s plans under a link cap of half the offered load.
+//! * `circuits_grouped`: `circuits` with a circuit's flows consecutive.
 //!
 //! The memory figures are printed once, before the timings (`memory:` lines).
 //!
@@ -37,10 +43,16 @@ const BURST: usize = 32;
 const STEP_NS: u64 = 100;
 const IMIX: [u32; 12] = [64, 64, 64, 64, 64, 64, 64, 576, 576, 576, 576, 1500];
 
-fn metas(circuits: bool) -> Vec<PacketMeta> {
+/// Flow `f`'s meta; its circuit is `f % CIRCUITS`, or `f / (FLOWS / CIRCUITS)` when
+/// `grouped`.
+fn metas(circuits: bool, grouped: bool) -> Vec<PacketMeta> {
     (0..FLOWS)
         .map(|f| {
-            let c = f % CIRCUITS;
+            let c = if grouped {
+                f / (FLOWS / CIRCUITS)
+            } else {
+                f % CIRCUITS
+            };
             // Each circuit is one subscriber host talking to 16 destinations.
             let m = udp_meta(c, f % 16, f, 0);
             PacketMeta {
@@ -83,8 +95,16 @@ fn run<Q: Qdisc<LenPacket>>(
     lens: &[u32],
 ) {
     let mut now = 1_000_000u64;
+    // One packet for each of the first 10 000 circuits (or flows, without circuits).
+    let mut seen = vec![false; metas.len()];
+    let mut queued = 0;
     for (i, m) in metas.iter().enumerate() {
-        q.enqueue(now, LenPacket(lens[i % lens.len()]), m);
+        let key = m.circuit.map_or(i, |c| c as usize);
+        if queued < CIRCUITS && !seen[key] {
+            seen[key] = true;
+            q.enqueue(now, LenPacket(lens[i % lens.len()]), m);
+            queued += 1;
+        }
     }
     let mut i = 0usize;
     let mut l = 0usize;
@@ -124,7 +144,7 @@ fn memory() {
     let idle = empty.memory_bytes();
     let per_idle = (idle - none.memory_bytes()) as f64 / f64::from(CIRCUITS);
     let mut busy = empty;
-    let ms = metas(true);
+    let ms = metas(true, false);
     for m in ms.iter().take(CIRCUITS as usize) {
         busy.enqueue(0, LenPacket(64), m);
     }
@@ -144,8 +164,9 @@ fn memory() {
 
 fn benches(c: &mut Criterion) {
     memory();
-    let link_metas = metas(false);
-    let circuit_metas = metas(true);
+    let link_metas = metas(false, false);
+    let circuit_metas = metas(true, false);
+    let grouped_metas = metas(true, true);
     let unlimited = Rate::UNLIMITED;
     let plan = Rate::from_bits_per_sec(100_000_000);
     for (name, lens) in [("64B", &[64u32][..]), ("imix", &IMIX[..])] {
@@ -177,6 +198,14 @@ fn benches(c: &mut Criterion) {
             "circuits_capped",
             shaper(plan, cap),
             &circuit_metas,
+            lens,
+        );
+        run(
+            c,
+            &group,
+            "circuits_grouped",
+            shaper(plan, unlimited),
+            &grouped_metas,
             lens,
         );
     }

@@ -96,7 +96,8 @@ pub struct CircuitShaperConfig {
     /// The packet limit of each circuit's instance (the smaller of this and its plan's
     /// `cake.packet_limit`): it sizes the packet slab every instance preallocates.
     pub circuit_packet_limit: u32,
-    /// Released instances kept for reuse (and built up front); more are freed.
+    /// Released instances kept for reuse; more are freed. None is built before a
+    /// circuit needs it.
     pub spare_instances: usize,
     /// The node tree this direction's circuits share ([`super::TreeRef::build`]): each
     /// circuit then runs at its share of its nodes' caps, not at its plan alone.

@@ -307,3 +307,56 @@ fn a_tx_queue_bypasses_an_empty_circuit_while_another_is_backlogged() {
     assert_eq!((r.bypassed, r.queued), (0, 1));
     assert_eq!(q.backlog(), 3);
 }
+
+#[test]
+fn only_a_link_rate_change_is_rate_only_for_the_multi_queue() {
+    use crate::mq::MqQdisc;
+    type S = CircuitShaper<TestPacket>;
+    let c = config(&[8, 8]);
+    let mut link = c.clone();
+    link.link.rate = Rate::from_bits_per_sec(100_000_000);
+    assert!(<S as MqQdisc<TestPacket>>::is_rate_only_change(&c, &link));
+    let mut plan = c.clone();
+    let mut plans = plan.plans.to_vec();
+    plans[1].as_mut().unwrap().rate = Rate::from_bits_per_sec(9_000_000);
+    plan.plans = Arc::from(plans);
+    assert!(!<S as MqQdisc<TestPacket>>::is_rate_only_change(&c, &plan));
+    let mut overhead = link.clone();
+    overhead.link.overhead = 18;
+    overhead.link.raw = false;
+    assert!(!<S as MqQdisc<TestPacket>>::is_rate_only_change(
+        &link, &overhead
+    ));
+}
+
+#[test]
+fn a_multi_queue_of_circuit_shapers_reconfigures_in_place() {
+    use crate::mq::{MultiQueue, TxQueueOptions};
+    let c = config(&[8, 8]);
+    let mq: MultiQueue<TestPacket, CircuitShaper<TestPacket>> =
+        MultiQueue::from_config(2, TxQueueOptions::default(), &c).unwrap();
+    let q = mq.queue(0);
+    for i in 0..5 {
+        q.enqueue(0, TestPacket::new(1000, 0, i), &meta(Some(0), 0));
+    }
+    let mut plans = c.plans.to_vec();
+    plans[0].as_mut().unwrap().rate = Rate::from_bits_per_sec(16_000_000);
+    plans.push(Some(CircuitPlan::new(Rate::from_bits_per_sec(1_000_000))));
+    let c2 = CircuitShaperConfig {
+        plans: Arc::from(plans),
+        ..c.clone()
+    };
+    mq.reconfigure(&c2).unwrap();
+    let mut out = Vec::new();
+    q.run(0, 64, &mut out, |_| {});
+    let rate = q
+        .try_with_qdisc(|s| s.instance(0).map(|i| i.current_rate()))
+        .flatten();
+    assert_eq!(rate, Some(Rate::from_bits_per_sec(16_000_000)));
+    assert_eq!(q.try_with_qdisc(|s| s.config().plans.len()), Some(3));
+    let bad = CircuitShaperConfig {
+        circuit_packet_limit: 0,
+        ..c2
+    };
+    assert!(mq.reconfigure(&bad).is_err());
+}

@@ -10,17 +10,33 @@
 //! * `uniform`: every packet from a prefix drawn uniformly from the whole table (the worst
 //!   case for the caches).
 //!
-//! Each iteration looks up a batch of 4096 precomputed addresses (reported per address). The
-//! `bsearch` rows are the obvious alternative for a table without overlaps, a binary search
-//! over sorted ranges, run on the same addresses.
+//! Each iteration looks up 4096 precomputed addresses (reported per address). Rows, all on
+//! the same addresses:
+//! * `poptrie`: [`Lpm::lookup_v4`] / [`Lpm::lookup_v6`], one address after the other;
+//! * `poptrie_batch`: [`Lpm::lookup_v4_batch`] / [`Lpm::lookup_v6_batch`], bursts of 32 as
+//!   the forwarder classifies them;
+//! * `bsearch`: the obvious alternative for a table without overlaps, a binary search over
+//!   sorted ranges;
+//! * `treebitmap`: the `ip_network_table` crate (a tree bitmap, the poptrie's ancestor);
+//! * `prefix_trie`: the `prefix-trie` crate (a binary trie, the most used maintained one).
+//!
+//! Time is the benchmark thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), not the wall clock:
+//! on a machine shared with other work, time the thread spends descheduled is not counted
+//! (what the others do to the caches still is). Criterion prints it per 4096 lookups.
 //!
 //! Run: `cargo bench -p circuits --bench lpm -- --warm-up-time 1 --measurement-time 2`
 
 use std::hint::black_box;
 
+use std::net::{Ipv4Addr, Ipv6Addr};
+
 use circuits::prefix::mask;
 use circuits::{Family, Lpm, Prefix};
+use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ip_network_table::IpNetworkTable;
+use ipnet::{Ipv4Net, Ipv6Net};
+use prefix_trie::PrefixMap;
 
 const BATCH: usize = 4096;
 const ACTIVE: usize = 1000;
@@ -138,7 +154,132 @@ impl Ranges {
     }
 }
 
-fn benches(c: &mut Criterion) {
+/// The answers for `addrs` added up (so none is optimised away), one lookup after the other.
+/// Generic, so `f` is inlined: a call through a pointer would cost each row a few ns.
+#[inline(always)]
+fn sum(addrs: &[u128], f: impl Fn(u128) -> Option<u32>) -> u32 {
+    addrs
+        .iter()
+        .fold(0u32, |s, &a| s.wrapping_add(f(a).unwrap_or(0)))
+}
+
+/// The same table in the crates measured beside the poptrie.
+struct Others {
+    treebitmap: IpNetworkTable<u32>,
+    trie_v4: PrefixMap<Ipv4Net, u32>,
+    trie_v6: PrefixMap<Ipv6Net, u32>,
+}
+
+impl Others {
+    fn new(table: &[(Prefix, u32)]) -> Others {
+        let mut o = Others {
+            treebitmap: IpNetworkTable::new(),
+            trie_v4: PrefixMap::new(),
+            trie_v6: PrefixMap::new(),
+        };
+        for (p, v) in table {
+            match p.family {
+                Family::V4 => {
+                    let a = Ipv4Addr::from((p.bits >> 96) as u32);
+                    let n = ip_network::Ipv4Network::new(a, p.len).unwrap();
+                    o.treebitmap.insert(n, *v);
+                    o.trie_v4.insert(Ipv4Net::new(a, p.len).unwrap(), *v);
+                }
+                Family::V6 => {
+                    let a = Ipv6Addr::from(p.bits);
+                    let n = ip_network::Ipv6Network::new(a, p.len).unwrap();
+                    o.treebitmap.insert(n, *v);
+                    o.trie_v6.insert(Ipv6Net::new(a, p.len).unwrap(), *v);
+                }
+            }
+        }
+        o
+    }
+
+    fn treebitmap(&self, family: Family, key: u128) -> Option<u32> {
+        match family {
+            Family::V4 => self
+                .treebitmap
+                .longest_match_ipv4(Ipv4Addr::from((key >> 96) as u32))
+                .map(|(_, v)| *v),
+            Family::V6 => self
+                .treebitmap
+                .longest_match_ipv6(Ipv6Addr::from(key))
+                .map(|(_, v)| *v),
+        }
+    }
+
+    fn prefix_trie(&self, family: Family, key: u128) -> Option<u32> {
+        match family {
+            Family::V4 => {
+                let host = Ipv4Net::new(Ipv4Addr::from((key >> 96) as u32), 32).unwrap();
+                self.trie_v4.get_lpm(&host).map(|(_, v)| *v)
+            }
+            Family::V6 => {
+                let host = Ipv6Net::new(Ipv6Addr::from(key), 128).unwrap();
+                self.trie_v6.get_lpm(&host).map(|(_, v)| *v)
+            }
+        }
+    }
+}
+
+/// The benchmark thread's CPU time, in nanoseconds.
+struct ThreadCpu;
+
+impl Measurement for ThreadCpu {
+    type Intermediate = cpu_time::ThreadTime;
+    type Value = std::time::Duration;
+
+    fn start(&self) -> Self::Intermediate {
+        cpu_time::ThreadTime::now()
+    }
+
+    fn end(&self, i: Self::Intermediate) -> Self::Value {
+        i.elapsed()
+    }
+
+    fn add(&self, a: &Self::Value, b: &Self::Value) -> Self::Value {
+        *a + *b
+    }
+
+    fn zero(&self) -> Self::Value {
+        std::time::Duration::ZERO
+    }
+
+    fn to_f64(&self, v: &Self::Value) -> f64 {
+        v.as_nanos() as f64
+    }
+
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self
+    }
+}
+
+impl ValueFormatter for ThreadCpu {
+    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
+        let (div, unit) = match typical {
+            t if t < 1e3 => (1.0, "ns"),
+            t if t < 1e6 => (1e3, "µs"),
+            _ => (1e6, "ms"),
+        };
+        values.iter_mut().for_each(|v| *v /= div);
+        unit
+    }
+
+    fn scale_throughputs(&self, _: f64, t: &Throughput, values: &mut [f64]) -> &'static str {
+        let n = match t {
+            Throughput::Elements(n) | Throughput::Bytes(n) | Throughput::BytesDecimal(n) => *n,
+        };
+        values.iter_mut().for_each(|v| *v = n as f64 * 1e3 / *v);
+        "Melem/s"
+    }
+
+    fn scale_for_machines(&self, _: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+fn benches(c: &mut Criterion<ThreadCpu>) {
     let mut g = c.benchmark_group("lpm");
     g.throughput(Throughput::Elements(BATCH as u64));
     for family in [Family::V4, Family::V6] {
@@ -147,57 +288,76 @@ fn benches(c: &mut Criterion) {
             let t = table(family, n, &mut rng);
             let lpm = Lpm::build(t.iter().copied()).unwrap();
             let ranges = Ranges::new(&t);
+            let others = Others::new(&t);
             let fam = if family == Family::V4 { "v4" } else { "v6" };
             eprintln!(
-                "lpm {fam} {n}: {:.1} MiB",
-                lpm.memory_bytes() as f64 / (1 << 20) as f64
+                "lpm {fam} {n}: {:.2} MiB, {:.1} bytes per prefix",
+                lpm.memory_bytes() as f64 / (1 << 20) as f64,
+                lpm.memory_bytes() as f64 / n as f64
             );
             for skewed in [true, false] {
                 let addrs = addresses(&t, skewed, &mut rng);
-                // Every address is in the table: the answers must all be found.
-                for &a in &addrs {
-                    let found = match family {
-                        Family::V4 => lpm.lookup_v4((a >> 96) as u32),
-                        Family::V6 => lpm.lookup_v6(a),
-                    };
-                    assert!(found.is_some() && found == ranges.lookup(a));
+                let v4: Vec<u32> = addrs.iter().map(|&a| (a >> 96) as u32).collect();
+                let single = |a: u128| match family {
+                    Family::V4 => lpm.lookup_v4((a >> 96) as u32),
+                    Family::V6 => lpm.lookup_v6(a),
+                };
+                let mut batch = vec![None; addrs.len()];
+                match family {
+                    Family::V4 => lpm.lookup_v4_batch(&v4, &mut batch),
+                    Family::V6 => lpm.lookup_v6_batch(&addrs, &mut batch),
+                }
+                // Every address is in the table: all must find it, and agree.
+                for (&a, &b) in addrs.iter().zip(&batch) {
+                    let found = single(a);
+                    assert!(found.is_some() && found == ranges.lookup(a) && found == b);
+                    assert_eq!(found, others.treebitmap(family, a));
+                    assert_eq!(found, others.prefix_trie(family, a));
                 }
                 let mix = if skewed { "skewed" } else { "uniform" };
-                g.bench_with_input(
-                    BenchmarkId::new(format!("poptrie_{fam}_{mix}"), n),
-                    &addrs,
-                    |b, addrs| {
-                        b.iter(|| {
-                            let mut sum = 0u32;
-                            for &a in addrs {
-                                let found = match family {
-                                    Family::V4 => lpm.lookup_v4((a >> 96) as u32),
-                                    Family::V6 => lpm.lookup_v6(a),
-                                };
-                                sum = sum.wrapping_add(found.unwrap_or(0));
+                let mut row = |name: &str, f: &dyn Fn(&[u128]) -> u32| {
+                    g.bench_with_input(
+                        BenchmarkId::new(format!("{name}_{fam}_{mix}"), n),
+                        &addrs,
+                        |b, addrs| b.iter(|| black_box(f(addrs))),
+                    );
+                };
+                row("poptrie", &|addrs| sum(addrs, single));
+                row("poptrie_batch", &|addrs| {
+                    let mut out = [None; 32];
+                    let mut s = 0u32;
+                    match family {
+                        Family::V4 => {
+                            for chunk in v4.chunks(32) {
+                                lpm.lookup_v4_batch(chunk, &mut out);
+                                s = out.iter().fold(s, |s, v| s.wrapping_add(v.unwrap_or(0)));
                             }
-                            black_box(sum)
-                        })
-                    },
-                );
-                g.bench_with_input(
-                    BenchmarkId::new(format!("bsearch_{fam}_{mix}"), n),
-                    &addrs,
-                    |b, addrs| {
-                        b.iter(|| {
-                            let mut sum = 0u32;
-                            for &a in addrs {
-                                sum = sum.wrapping_add(ranges.lookup(a).unwrap_or(0));
+                        }
+                        Family::V6 => {
+                            for chunk in addrs.chunks(32) {
+                                lpm.lookup_v6_batch(chunk, &mut out);
+                                s = out.iter().fold(s, |s, v| s.wrapping_add(v.unwrap_or(0)));
                             }
-                            black_box(sum)
-                        })
-                    },
-                );
+                        }
+                    }
+                    s
+                });
+                row("bsearch", &|addrs| sum(addrs, |a| ranges.lookup(a)));
+                row("treebitmap", &|addrs| {
+                    sum(addrs, |a| others.treebitmap(family, a))
+                });
+                row("prefix_trie", &|addrs| {
+                    sum(addrs, |a| others.prefix_trie(family, a))
+                });
             }
         }
     }
     g.finish();
 }
 
-criterion_group!(lpm_benches, benches);
+criterion_group! {
+    name = lpm_benches;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = benches
+}
 criterion_main!(lpm_benches);

@@ -197,7 +197,8 @@ pub fn circuits_import(data: &[u8]) {
 
 /// `lpm_build`: prefixes from the fuzzer's bytes (family, bits, length, answer; 19 bytes
 /// each, up to 256), then probe addresses: the table answers every probe, and the first and
-/// last address of every prefix, exactly as a linear scan does.
+/// last address of every prefix, exactly as a linear scan does, one address at a time and in
+/// bursts ([`circuits::Lpm::lookup_v4_batch`], [`circuits::Lpm::lookup_v6_batch`]).
 pub fn lpm_build(data: &[u8]) {
     use circuits::lpm::{linear_scan, Lpm};
     use circuits::prefix::mask;
@@ -239,8 +240,29 @@ pub fn lpm_build(data: &[u8]) {
             std::net::IpAddr::V4(std::net::Ipv4Addr::from(hi as u32))
         });
     }
-    for a in probes {
-        assert_eq!(table.lookup(a), linear_scan(&prefixes, a), "address {a}");
+    let expected: Vec<Option<u32>> = probes.iter().map(|&a| linear_scan(&prefixes, a)).collect();
+    for (&a, &want) in probes.iter().zip(&expected) {
+        assert_eq!(table.lookup(a), want, "address {a}");
+    }
+    // The burst walks, over each family's probes in order (several bursts and a short last
+    // one): the same answers as the scan.
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for (&a, &want) in probes.iter().zip(&expected) {
+        match a {
+            std::net::IpAddr::V4(a) => v4.push((u32::from(a), want)),
+            std::net::IpAddr::V6(a) => v6.push((u128::from(a), want)),
+        }
+    }
+    let mut out = vec![Some(u32::MAX); v4.len().max(v6.len())];
+    let addrs: Vec<u32> = v4.iter().map(|p| p.0).collect();
+    table.lookup_v4_batch(&addrs, &mut out);
+    for ((a, want), got) in v4.iter().zip(&out) {
+        assert_eq!(got, want, "burst, address {}", std::net::Ipv4Addr::from(*a));
+    }
+    let addrs: Vec<u128> = v6.iter().map(|p| p.0).collect();
+    table.lookup_v6_batch(&addrs, &mut out);
+    for ((a, want), got) in v6.iter().zip(&out) {
+        assert_eq!(got, want, "burst, address {}", std::net::Ipv6Addr::from(*a));
     }
 }
 

@@ -4,12 +4,16 @@
 //! the answer is what the data path would compute.
 //!
 //! Spec grammar: `[PROTO] SRC[:PORT] > DST[:PORT] [dscp D] [ecn E] [label N] [mark N]
-//! [vlan V]`, with PROTO one of `tcp` (default), `udp`, `icmp`, `icmpv6`, `sctp`, `dccp`,
+//! [vlan V] [pppoe S | mpls L]`, with PROTO one of `tcp` (default), `udp`, `icmp`, `icmpv6`, `sctp`, `dccp`,
 //! `udplite` or a number, IPv6 addresses in brackets when a port follows
 //! (`[2001:db8::1]:443`), D a number (0..=63) or a name (`ef`, `cs1`, `af41`, `va`, `le`,
 //! `be`), E `not-ect`/`ect0`/`ect1`/`ce` or 0..=3, V a VLAN id (0..=4095) or two as
-//! `OUTER.INNER` (an 802.1ad tag around an 802.1Q one). Ports are hashed for every protocol
-//! whose header starts with them (TCP, UDP, UDP-Lite, SCTP, DCCP), as the data path does.
+//! `OUTER.INNER` (an 802.1ad tag around an 802.1Q one), S a PPPoE session id (0..=65535) and
+//! L an MPLS label stack, outermost first (`16.17`; labels 0..=1048575, at most 8). Ports are
+//! hashed for every protocol whose header starts with them (TCP, UDP, UDP-Lite, SCTP, DCCP),
+//! as the data path does. The output says what the parser walked through to the IP header
+//! (VLAN tags, a PPPoE session, MPLS labels), as the parser reports it: the L2 length alone
+//! cannot tell a PPPoE header from two VLAN tags.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -21,6 +25,7 @@ use thiserror::Error;
 use crate::classify;
 use crate::config::{keywords, QueueKind};
 use crate::wire;
+use crate::wire::ethernet::Encapsulation;
 
 /// A packet spec that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -55,12 +60,15 @@ pub enum SpecError {
     BadEcn(String),
     /// A keyword after the addresses that is not known, or its value is missing or bad.
     #[error(
-        "'{0}' is not understood after the addresses; use dscp D, ecn E, label N, mark N or vlan V"
+        "'{0}' is not understood after the addresses; use dscp D, ecn E, label N, mark N, vlan V, pppoe S or mpls L"
     )]
     BadKeyword(String),
     /// A VLAN id that is not one.
     #[error("'{0}' is not a VLAN id; use 0..=4095, or OUTER.INNER for a QinQ pair (vlan 100.20)")]
     BadVlan(String),
+    /// A PPPoE session id or MPLS label stack that is not one, or both at once.
+    #[error("'{0}' is not an encapsulation; use pppoe SESSION (0..=65535) or mpls LABEL[.LABEL...] (labels 0..=1048575, at most 8), one of the two")]
+    BadEncapsulation(String),
     /// A flag that says what the packet spec says too (the one would silently win).
     #[error("{flag} is given as well as a packet spec that {what}; give it once, in the spec or as the flag")]
     FlagAndSpec {
@@ -100,6 +108,10 @@ pub struct PacketSpec {
     pub mark: u32,
     /// VLAN ids, outermost first (empty: untagged).
     pub vlan: Vec<u16>,
+    /// The PPPoE session the IP packet travels in (inside the VLAN tags), if any.
+    pub pppoe: Option<u16>,
+    /// The MPLS labels above the IP packet (inside the VLAN tags), outermost first.
+    pub mpls: Vec<u32>,
 }
 
 /// The name `explain` and the spec use for IP protocol `p` ("tcp"), or "proto N".
@@ -323,6 +335,8 @@ impl PacketSpec {
             flow_label: 0,
             mark: 0,
             vlan: Vec::new(),
+            pppoe: None,
+            mpls: Vec::new(),
         };
         let mut rest = words[arrow + 2..].iter();
         let mut seen: Vec<&str> = Vec::new();
@@ -364,14 +378,38 @@ impl PacketSpec {
                         .filter(|ids| ids.len() <= 2)
                         .ok_or_else(|| SpecError::BadVlan(v.to_string()))?;
                 }
+                "pppoe" => {
+                    let v = val.ok_or_else(missing)?;
+                    let bad = || SpecError::BadEncapsulation(format!("pppoe {v}"));
+                    let id = keywords::parse_c_u32(v).and_then(|id| u16::try_from(id).ok());
+                    p.pppoe = Some(id.ok_or_else(bad)?);
+                }
+                "mpls" => {
+                    let v = val.ok_or_else(missing)?;
+                    let labels: Option<Vec<u32>> = v
+                        .split('.')
+                        .map(|l| keywords::parse_c_u32(l).filter(|l| *l < 1 << 20))
+                        .collect();
+                    p.mpls = labels
+                        .filter(|l| l.len() <= wire::ethernet::MAX_MPLS_LABELS)
+                        .ok_or_else(|| SpecError::BadEncapsulation(format!("mpls {v}")))?;
+                }
                 _ => return Err(SpecError::BadKeyword(kw.to_string())),
             }
+        }
+        if p.pppoe.is_some() && !p.mpls.is_empty() {
+            return Err(SpecError::BadEncapsulation("pppoe and mpls".into()));
         }
         Ok(p)
     }
 
     /// Builds the packet's frame and parses it as the data path would.
     pub fn meta(&self) -> PacketMeta {
+        self.parsed().meta
+    }
+
+    /// [`PacketSpec::meta`] with what the parser walked through to the IP header.
+    pub fn parsed(&self) -> wire::Parsed {
         let mut buf = [0u8; 256];
         let built = match self.protocol {
             wire::protocol::UDP => wire::build_udp_frame(
@@ -420,6 +458,13 @@ impl PacketSpec {
                 f[2] = (self.flow_label >> 8) as u8;
                 f[3] = self.flow_label as u8;
             }
+            // The encapsulation first: it sits inside the VLAN tags.
+            if let Some(session) = self.pppoe {
+                len = wire::push_pppoe(&mut buf, len, session)?;
+            }
+            if !self.mpls.is_empty() {
+                len = wire::push_mpls(&mut buf, len, &self.mpls)?;
+            }
             // Innermost first: each tag goes right after the MAC addresses.
             for (i, id) in self.vlan.iter().enumerate().rev() {
                 let tpid = if i == 0 && self.vlan.len() > 1 {
@@ -434,19 +479,39 @@ impl PacketSpec {
         // An IPv6 extension header number (hop-by-hop, routing, fragment, ...) as the
         // protocol has no content to walk here: the parser would read zeros as the next
         // header. Such a spec is explained from its fields, as is one that does not build.
-        let mut meta = match built.map(|len| wire::parse(&buf[..len])) {
-            Some(p) if p.malformed.is_none() && p.meta.keys.protocol == self.protocol => p.meta,
-            _ => self.meta_without_ports(),
+        let mut parsed = match built.map(|len| wire::parse(&buf[..len])) {
+            Some(p) if p.malformed.is_none() && p.meta.keys.protocol == self.protocol => p,
+            _ => self.parsed_without_ports(),
         };
-        meta.mark = self.mark;
-        meta
+        parsed.meta.mark = self.mark;
+        parsed
+    }
+
+    /// What the parser would report, from the spec's fields.
+    fn parsed_without_ports(&self) -> wire::Parsed {
+        let encapsulation = match (self.pppoe, self.mpls.len()) {
+            (Some(_), _) => Encapsulation::Pppoe,
+            (None, 0) => Encapsulation::None,
+            (None, n) => Encapsulation::Mpls(n as u8),
+        };
+        let meta = self.meta_without_ports();
+        wire::Parsed {
+            meta,
+            l3_offset: meta.l2_len,
+            vlan_tags: self.vlan.len() as u8,
+            encapsulation,
+            ..wire::Parsed::default()
+        }
     }
 
     fn meta_without_ports(&self) -> PacketMeta {
         let mut meta = PacketMeta {
             dscp: self.dscp,
             ecn: self.ecn,
-            l2_len: 14 + 4 * self.vlan.len() as u16,
+            l2_len: 14
+                + 4 * self.vlan.len() as u16
+                + if self.pppoe.is_some() { 8 } else { 0 }
+                + 4 * self.mpls.len() as u16,
             ..PacketMeta::default()
         };
         let k = &mut meta.keys;
@@ -489,6 +554,10 @@ pub struct Explanation {
     /// With the FIFO as the queue (`queue = "fifo"`): its band (0 first), and CAKE's
     /// classification does not apply.
     pub fifo_band: Option<usize>,
+    /// VLAN tags the parser walked.
+    pub vlan_tags: u8,
+    /// The PPPoE session or MPLS stack the parser walked through.
+    pub encapsulation: Encapsulation,
     /// The hashes were keyed by a configured `shaper.seed` (the same in every process with
     /// that seed); false: by this process's random key, which a running forwarder does not
     /// share.
@@ -531,7 +600,8 @@ pub fn explain_queue(
     cake: &CakeConfig,
     n_queues: usize,
 ) -> Result<Explanation, ConfigError> {
-    let mut meta = spec.meta();
+    let parsed = spec.parsed();
+    let mut meta = parsed.meta;
     let n = n_queues.max(1);
     let queue_hash = classify::queue_hash(&meta);
     // As the engine does: with several queues CAKE reuses the queue's software hash.
@@ -551,8 +621,32 @@ pub fn explain_queue(
         cake: cake.clone(),
         class: instance.classify(&meta),
         fifo_band: (kind == QueueKind::Fifo).then(|| qdisc::fifo::band_for_dscp(meta.dscp)),
+        vlan_tags: parsed.vlan_tags,
+        encapsulation: parsed.encapsulation,
         seeded: false,
     })
+}
+
+/// ", behind 1 VLAN tag and a PPPoE session": what the parser walked to the IP header.
+fn behind(vlan_tags: u8, encapsulation: Encapsulation) -> String {
+    let plural = |n: u8, what: &str| match n {
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
+    };
+    let mut parts = Vec::new();
+    if vlan_tags > 0 {
+        parts.push(plural(vlan_tags, "VLAN tag"));
+    }
+    match encapsulation {
+        Encapsulation::None => {}
+        Encapsulation::Pppoe => parts.push("a PPPoE session".into()),
+        Encapsulation::Mpls(n) => parts.push(plural(n, "MPLS label")),
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(", behind {}", parts.join(" and "))
+    }
 }
 
 fn show_addr(a: IpAddr, port: u16) -> String {
@@ -570,13 +664,20 @@ impl fmt::Display for Explanation {
         let dscp_name = dscp_name(m.dscp)
             .map(|n| format!(" ({n})"))
             .unwrap_or_default();
-        let vlan = match s.vlan.as_slice() {
+        let join = |v: Vec<String>| v.join(".");
+        let mut vlan = match s.vlan.as_slice() {
             [] => String::new(),
-            ids => format!(
-                " vlan {}",
-                ids.iter().map(u16::to_string).collect::<Vec<_>>().join(".")
-            ),
+            ids => format!(" vlan {}", join(ids.iter().map(u16::to_string).collect())),
         };
+        if let Some(session) = s.pppoe {
+            vlan.push_str(&format!(" pppoe {session}"));
+        }
+        if !s.mpls.is_empty() {
+            vlan.push_str(&format!(
+                " mpls {}",
+                join(s.mpls.iter().map(u32::to_string).collect())
+            ));
+        }
         writeln!(
             f,
             "packet:     {} {} > {} dscp {}{} ecn {}{vlan}",
@@ -587,11 +688,7 @@ impl fmt::Display for Explanation {
             dscp_name,
             m.ecn
         )?;
-        let tags = match (usize::from(m.l2_len).saturating_sub(14)) / 4 {
-            0 => String::new(),
-            1 => ", behind 1 VLAN tag".to_string(),
-            n => format!(", behind {n} VLAN tags"),
-        };
+        let tags = behind(self.vlan_tags, self.encapsulation);
         writeln!(
             f,
             "parsed:     {:?} {} ports {} > {} flow label {:#x}{tags}",
@@ -898,6 +995,58 @@ mod tests {
                 matches!(e, SpecError::BadVlan(_) | SpecError::BadKeyword(_)),
                 "{bad}: {e}"
             );
+        }
+    }
+
+    /// The parser's own account, not the L2 length: 26 bytes is one tag and a PPPoE header
+    /// (the length alone said "3 VLAN tags"), 22 bytes two MPLS labels (it said 2 tags).
+    #[test]
+    fn pppoe_over_vlan_and_mpls_are_shown_as_the_parser_walked_them() {
+        let cake = CakeConfig::default();
+        let plain = explain(
+            &PacketSpec::parse("udp 100.64.0.1:5 > 10.0.0.2:53 dscp ef").unwrap(),
+            &cake,
+            4,
+        )
+        .unwrap();
+        let pppoe = PacketSpec::parse("udp 100.64.0.1:5 > 10.0.0.2:53 dscp ef vlan 100 pppoe 0x2a")
+            .unwrap();
+        assert_eq!((pppoe.pppoe, pppoe.vlan.as_slice()), (Some(42), &[100][..]));
+        let e = explain(&pppoe, &cake, 4).unwrap();
+        assert_eq!((e.vlan_tags, e.encapsulation), (1, Encapsulation::Pppoe));
+        assert_eq!(e.meta.l2_len, 26);
+        assert_eq!(
+            (e.meta.keys, e.queue, e.class.tin),
+            (plain.meta.keys, plain.queue, plain.class.tin)
+        );
+        let shown = e.to_string();
+        assert!(
+            shown.contains("vlan 100 pppoe 42")
+                && shown.contains(", behind 1 VLAN tag and a PPPoE session\n"),
+            "{shown}"
+        );
+
+        let mpls =
+            PacketSpec::parse("tcp [2001:db8::1]:5 > [2001:db8::2]:80 mpls 16.1048575").unwrap();
+        let e = explain(&mpls, &cake, 1).unwrap();
+        assert_eq!((e.vlan_tags, e.encapsulation), (0, Encapsulation::Mpls(2)));
+        assert_eq!((e.meta.l2_len, e.meta.keys.dst_port), (22, 80));
+        let shown = e.to_string();
+        assert!(
+            shown.contains("mpls 16.1048575") && shown.contains(", behind 2 MPLS labels\n"),
+            "{shown}"
+        );
+
+        for bad in [
+            "pppoe 65536",
+            "pppoe x",
+            "mpls 1048576",
+            "mpls 1.2.3.4.5.6.7.8.9",
+            "mpls 1..2",
+            "pppoe 1 mpls 2",
+        ] {
+            let e = PacketSpec::parse(&format!("10.0.0.1 > 10.0.0.2 {bad}")).unwrap_err();
+            assert!(matches!(e, SpecError::BadEncapsulation(_)), "{bad}: {e}");
         }
     }
 

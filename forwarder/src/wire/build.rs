@@ -191,6 +191,66 @@ pub fn push_vlan_tag(buf: &mut [u8], len: usize, tpid: u16, tci: u16) -> Option<
     Some(len + 4)
 }
 
+/// Opens a gap of `n` bytes after the 14-byte Ethernet header of the untagged `len`-byte IP
+/// frame at the start of `buf` and sets its EtherType to `ethertype`; returns the frame's
+/// old EtherType and new length, or `None` when there is no room or the frame is not an
+/// untagged IPv4 or IPv6 one.
+fn open_after_ethernet(
+    buf: &mut [u8],
+    len: usize,
+    n: usize,
+    ethertype: u16,
+) -> Option<(u16, usize)> {
+    if len < ETH_LEN || len + n > buf.len() {
+        return None;
+    }
+    let inner = u16::from_be_bytes([buf[12], buf[13]]);
+    if inner != 0x0800 && inner != 0x86dd {
+        return None;
+    }
+    buf.copy_within(ETH_LEN..len, ETH_LEN + n);
+    buf[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    Some((inner, len + n))
+}
+
+/// Wraps the IP packet of the untagged `len`-byte frame at the start of `buf` in a PPPoE
+/// session header (RFC 2516: version and type 1, code 0, `session`, the PPP protocol of
+/// IPv4 or IPv6), as a BNG sees a subscriber's traffic; push VLAN tags after this. Returns
+/// the new length, or `None` when `buf` has no room for 8 more bytes or the frame is not an
+/// untagged IP one.
+pub fn push_pppoe(buf: &mut [u8], len: usize, session: u16) -> Option<usize> {
+    const HEADER: usize = 8;
+    let (inner, new_len) = open_after_ethernet(buf, len, HEADER, 0x8864)?;
+    let ppp: u16 = if inner == 0x0800 { 0x0021 } else { 0x0057 };
+    // The payload length counts the PPP protocol field and the IP packet.
+    let payload = u16::try_from(len - ETH_LEN + 2).ok()?;
+    let h = &mut buf[ETH_LEN..ETH_LEN + HEADER];
+    h[0] = 0x11;
+    h[1] = 0x00;
+    h[2..4].copy_from_slice(&session.to_be_bytes());
+    h[4..6].copy_from_slice(&payload.to_be_bytes());
+    h[6..8].copy_from_slice(&ppp.to_be_bytes());
+    Some(new_len)
+}
+
+/// Puts the IP packet of the untagged `len`-byte frame at the start of `buf` under an MPLS
+/// label stack (`labels` outermost first, each below 2^20; traffic class 0, TTL 64, the last
+/// one bottom of stack), as an MPLS access network carries it; push VLAN tags after this.
+/// Returns the new length, or `None` when `labels` is empty or holds a label of 2^20 or
+/// more, `buf` has no room, or the frame is not an untagged IP one.
+pub fn push_mpls(buf: &mut [u8], len: usize, labels: &[u32]) -> Option<usize> {
+    if labels.is_empty() || labels.iter().any(|&l| l >= 1 << 20) {
+        return None;
+    }
+    let (_, new_len) = open_after_ethernet(buf, len, 4 * labels.len(), 0x8847)?;
+    for (i, &label) in labels.iter().enumerate() {
+        let bottom = u32::from(i + 1 == labels.len());
+        let entry = label << 12 | bottom << 8 | 64;
+        buf[ETH_LEN + 4 * i..ETH_LEN + 4 * i + 4].copy_from_slice(&entry.to_be_bytes());
+    }
+    Some(new_len)
+}
+
 /// Writes an Ethernet + IPv4/IPv6 + TCP frame described by `spec` into `buf`, with valid
 /// checksums. Returns the frame length, or `None` when `buf` is too small, the addresses are
 /// of different families or the options exceed 40 bytes.

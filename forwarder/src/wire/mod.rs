@@ -22,7 +22,8 @@ mod parse;
 pub mod tcp;
 
 pub use build::{
-    build_ports_frame, build_tcp_frame, build_udp_frame, push_vlan_tag, TcpSpec, DST_MAC, SRC_MAC,
+    build_ports_frame, build_tcp_frame, build_udp_frame, push_mpls, push_pppoe, push_vlan_tag,
+    TcpSpec, DST_MAC, SRC_MAC,
 };
 pub use ecn::{set_ce, set_ce_at, wash_dscp};
 pub use offload::complete_partial_checksum;

@@ -6,7 +6,7 @@
 
 use qdisc::{FlowKeys, L3Kind, PacketMeta, TcpAckInfo};
 
-use super::ethernet::{self, ethertype};
+use super::ethernet::{self, ethertype, Encapsulation};
 use super::ipv4::Ipv4Packet;
 use super::ipv6::{self, Ipv6Packet};
 use super::tcp::TcpSegment;
@@ -126,7 +126,24 @@ pub struct Parsed {
     pub l4_offset: u16,
     /// Why the frame was treated as non-IP despite its EtherType, if it was.
     pub malformed: Option<Malformed>,
+    /// VLAN tags walked before the network header; 0 when the L2 walk itself failed.
+    pub vlan_tags: u8,
+    /// The PPPoE session or MPLS label stack walked through to reach the IP header.
+    /// `l2_len` alone cannot tell these apart from VLAN tags (a PPPoE header is as long as
+    /// two tags), so `explain` reports this.
+    pub encapsulation: Encapsulation,
 }
+
+/// What the L2 walk went through, as [`Parsed`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Walked {
+    vlan_tags: u8,
+    encapsulation: Encapsulation,
+}
+
+/// What [`parse_to`] returns beside the meta: the network and transport header offsets,
+/// the malformed reason and the L2 walk.
+type Found = (u16, u16, Option<Malformed>, Walked);
 
 impl Parsed {
     fn non_ip(l3_offset: usize, dscp: u8, malformed: Option<Malformed>) -> Parsed {
@@ -139,6 +156,8 @@ impl Parsed {
             l3_offset: l3_offset as u16,
             l4_offset: 0,
             malformed,
+            vlan_tags: 0,
+            encapsulation: Encapsulation::None,
         }
     }
 }
@@ -324,12 +343,14 @@ fn locate_ipv6(frame: &[u8], l3: usize) -> Result<Located, Malformed> {
 /// ```
 pub fn parse(frame: &[u8]) -> Parsed {
     let mut meta = PacketMeta::default();
-    let (l3_offset, l4_offset, malformed) = parse_to(frame, &mut meta);
+    let (l3_offset, l4_offset, malformed, walked) = parse_to(frame, &mut meta);
     Parsed {
         meta,
         l3_offset,
         l4_offset,
         malformed,
+        vlan_tags: walked.vlan_tags,
+        encapsulation: walked.encapsulation,
     }
 }
 
@@ -360,14 +381,16 @@ pub fn parse_into(frame: &[u8], meta: &mut PacketMeta) -> Option<Malformed> {
 }
 
 /// The parser behind [`parse`] and [`parse_into`]: writes the meta to `out` and returns the
-/// network and transport header offsets and the malformed reason.
+/// network and transport header offsets, the malformed reason and what the L2 walk went
+/// through ([`parse_into`] drops the last, and the compiler with it).
 #[inline(always)]
-fn parse_to(frame: &[u8], out: &mut PacketMeta) -> (u16, u16, Option<Malformed>) {
+fn parse_to(frame: &[u8], out: &mut PacketMeta) -> Found {
     if fast_ipv4(frame, out) {
         return (
             ethernet::HEADER_LEN as u16,
             (ethernet::HEADER_LEN + super::ipv4::MIN_HEADER_LEN) as u16,
             None,
+            Walked::default(),
         );
     }
     parse_general(frame, out)
@@ -436,14 +459,21 @@ fn fast_ipv4(frame: &[u8], out: &mut PacketMeta) -> bool {
 
 /// Every frame [`fast_ipv4`] leaves: the full walk.
 #[inline(always)]
-fn parse_general(frame: &[u8], out: &mut PacketMeta) -> (u16, u16, Option<Malformed>) {
-    let non_ip = |out: &mut PacketMeta, l3_offset: usize, dscp: u8, malformed| {
-        *out = Parsed::non_ip(l3_offset, dscp, malformed).meta;
-        (l3_offset as u16, 0, malformed)
-    };
+fn parse_general(frame: &[u8], out: &mut PacketMeta) -> Found {
     let l2 = match ethernet::walk(frame) {
         Ok(l2) => l2,
-        Err(m) => return non_ip(out, 0, 0, Some(m)),
+        Err(m) => {
+            *out = Parsed::non_ip(0, 0, Some(m)).meta;
+            return (0, 0, Some(m), Walked::default());
+        }
+    };
+    let walked = Walked {
+        vlan_tags: l2.vlan_tags,
+        encapsulation: l2.encapsulation,
+    };
+    let non_ip = |out: &mut PacketMeta, l3_offset: usize, dscp: u8, malformed| {
+        *out = Parsed::non_ip(l3_offset, dscp, malformed).meta;
+        (l3_offset as u16, 0, malformed, walked)
     };
     let located = match l2.ethertype {
         ethertype::IPV4 => locate_ipv4(frame, l2.l3_offset),
@@ -464,6 +494,7 @@ fn parse_general(frame: &[u8], out: &mut PacketMeta) -> (u16, u16, Option<Malfor
                 loc.l3_offset as u16,
                 loc.l4_offset.unwrap_or(0) as u16,
                 None,
+                walked,
             )
         }
         Err(m) => non_ip(out, l2.l3_offset, 0, Some(m)),
@@ -548,6 +579,38 @@ mod tests {
         let p = parse(&frame([0x08, 0x00], &padded));
         assert_eq!(p.malformed, None);
         assert_eq!(p.meta.keys.dst_port, 443);
+    }
+
+    /// The walk is reported as it went: `l2_len` 26 is one VLAN tag and a PPPoE header (not
+    /// three tags), 22 two MPLS labels (not two tags).
+    #[test]
+    fn pppoe_over_vlan_and_mpls_are_reported_as_walked() {
+        let mut buf = [0u8; 256];
+        let (src, dst) = ("100.64.0.1".parse().unwrap(), "192.0.2.1".parse().unwrap());
+        let len = crate::wire::build_udp_frame(&mut buf, src, dst, 4000, 53, 46, 0, 20).unwrap();
+        let mut pppoe = buf;
+        let n = crate::wire::push_pppoe(&mut pppoe, len, 0x2a).unwrap();
+        let n = crate::wire::push_vlan_tag(&mut pppoe, n, ethertype::VLAN, 100).unwrap();
+        let p = parse(&pppoe[..n]);
+        assert_eq!(p.malformed, None);
+        assert_eq!((p.vlan_tags, p.encapsulation), (1, Encapsulation::Pppoe));
+        assert_eq!((p.l3_offset, p.meta.l2_len), (26, 26));
+        assert_eq!((p.meta.keys.dst_port, p.meta.dscp), (53, 46));
+
+        let mut mpls = buf;
+        let n = crate::wire::push_mpls(&mut mpls, len, &[16, 1_048_575]).unwrap();
+        let p = parse(&mpls[..n]);
+        assert_eq!(p.malformed, None);
+        assert_eq!((p.vlan_tags, p.encapsulation), (0, Encapsulation::Mpls(2)));
+        assert_eq!((p.l3_offset, p.meta.keys.src_port), (22, 4000));
+
+        // Untagged (the fast path) and plain QinQ report no encapsulation.
+        let p = parse(&buf[..len]);
+        assert_eq!((p.vlan_tags, p.encapsulation), (0, Encapsulation::None));
+        let n = crate::wire::push_vlan_tag(&mut buf, len, ethertype::VLAN, 20).unwrap();
+        let n = crate::wire::push_vlan_tag(&mut buf, n, ethertype::QINQ, 100).unwrap();
+        let p = parse(&buf[..n]);
+        assert_eq!((p.vlan_tags, p.encapsulation), (2, Encapsulation::None));
     }
 
     #[test]
@@ -791,9 +854,9 @@ mod tests {
             ..PacketMeta::default()
         };
         let mut general = fast;
-        let (a, b, c) = parse_to(f, &mut fast);
-        let (x, y, z) = parse_general(f, &mut general);
-        assert_eq!((a, b, c, fast), (x, y, z, general), "frame {f:02x?}");
+        let (a, b, c, w) = parse_to(f, &mut fast);
+        let (x, y, z, v) = parse_general(f, &mut general);
+        assert_eq!((a, b, c, w, fast), (x, y, z, v, general), "frame {f:02x?}");
         let mut probe = PacketMeta::default();
         ((a, b, c, fast), fast_ipv4(f, &mut probe))
     }

@@ -6,8 +6,15 @@
 //! (keyed by [`crate::flow_key`]: secret unless `shaper.seed` is set). The *high* bits pick
 //! the queue (`(hash × n) >> 32`) because CAKE indexes its flow table with the low ones;
 //! non-IP packets (flow 0) go to queue 0.
+//!
+//! With circuits (docs/circuits.md) a packet first gets its circuit: the subscriber-side
+//! address (the destination of a download packet, the source of an upload one) looked up in
+//! the prefix table ([`circuit_of`]). A circuit's packets must all meet one circuit shaper
+//! per direction, whatever their flows, so with several TX queues they are steered by the
+//! circuit's slot ([`circuit_queue`]), not by the flow hash; unmatched packets keep the flow
+//! hash.
 
-use qdisc::PacketMeta;
+use qdisc::{FlowKeys, L3Kind, PacketMeta};
 
 /// Returns the flow hash used for queue selection: the precomputed L4 hash when it may be
 /// reused, else [`flow_hash`] of the keys.
@@ -59,6 +66,40 @@ pub fn assign_tx_queue(meta: &mut PacketMeta, n_queues: usize) -> usize {
 #[inline]
 pub fn queue_index(hash: u32, n: usize) -> usize {
     ((u64::from(hash) * n as u64) >> 32) as usize
+}
+
+/// Which address of a packet names its subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The destination: traffic towards the subscribers (the download).
+    Destination,
+    /// The source: traffic from the subscribers (the upload).
+    Source,
+}
+
+/// The circuit slot of a packet with `keys`, found by its `side` address in `lpm`; `None`
+/// for non-IP packets and addresses no circuit holds.
+#[inline]
+pub fn circuit_of(lpm: &circuits::Lpm, side: Side, keys: &FlowKeys) -> Option<u32> {
+    let addr = match side {
+        Side::Destination => keys.dst_addr,
+        Side::Source => keys.src_addr,
+    };
+    match keys.l3 {
+        L3Kind::Ipv4 => lpm.lookup_mapped(true, addr),
+        L3Kind::Ipv6 => lpm.lookup_mapped(false, addr),
+        L3Kind::NonIp => None,
+    }
+}
+
+/// The TX queue (0..n) of circuit `slot`: a multiplicative hash of the slot, so that
+/// consecutive slots (a file's circuits in order) spread over the queues.
+#[inline]
+pub fn circuit_queue(slot: u32, n: usize) -> usize {
+    if n <= 1 {
+        return 0;
+    }
+    queue_index(slot.wrapping_add(1).wrapping_mul(0x9e37_79b1), n)
 }
 
 /// The keyed, direction-symmetric flow hash of `meta`'s keys (0 for non-IP).
@@ -126,6 +167,46 @@ mod tests {
         let mut one = m;
         assert_eq!(assign_tx_queue(&mut one, 1), 0);
         assert_eq!(one.l4_hash, None);
+    }
+
+    #[test]
+    fn the_subscriber_address_finds_the_circuit_per_side() {
+        let lpm = circuits::Lpm::build([
+            ("10.0.0.0/24".parse::<circuits::Prefix>().unwrap(), 3),
+            ("2001:db8::/48".parse().unwrap(), 5),
+        ])
+        .unwrap();
+        let mut m = udp_meta(1, 2, 3, 0);
+        m.keys.l3 = L3Kind::Ipv4;
+        m.keys.src_addr = std::net::Ipv4Addr::new(10, 0, 0, 9)
+            .to_ipv6_mapped()
+            .octets();
+        m.keys.dst_addr = std::net::Ipv4Addr::new(192, 0, 2, 1)
+            .to_ipv6_mapped()
+            .octets();
+        assert_eq!(circuit_of(&lpm, Side::Source, &m.keys), Some(3));
+        assert_eq!(circuit_of(&lpm, Side::Destination, &m.keys), None);
+        m.keys.l3 = L3Kind::Ipv6;
+        m.keys.dst_addr = "2001:db8:0:1::1"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets();
+        assert_eq!(circuit_of(&lpm, Side::Destination, &m.keys), Some(5));
+        m.keys.l3 = L3Kind::NonIp;
+        assert_eq!(circuit_of(&lpm, Side::Destination, &m.keys), None);
+    }
+
+    #[test]
+    fn circuits_spread_over_queues_and_stay_on_one() {
+        let mut counts = [0usize; 4];
+        for slot in 0..4000 {
+            let q = circuit_queue(slot, 4);
+            assert_eq!(q, circuit_queue(slot, 4));
+            counts[q] += 1;
+        }
+        let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        assert!(*max * 10 < *min * 11, "uneven spread {counts:?}");
+        assert_eq!(circuit_queue(7, 1), 0);
     }
 
     #[test]

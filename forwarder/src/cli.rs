@@ -474,6 +474,20 @@ pub enum CtlRequest {
         #[arg(long)]
         json: bool,
     },
+    /// The circuits and nodes: `circuits [top N] [by rate|drops|sojourn] [json]`, or
+    /// `circuits reload` to read the circuit files again.
+    Circuits {
+        /// `top N`, `by rate|drops|sojourn`, `json`, or `reload`.
+        #[arg(trailing_var_arg = true)]
+        words: Vec<String>,
+    },
+    /// One circuit in full (`circuit ID [json]`), or a one-off plan change until the files
+    /// are read again (`circuit set ID download|upload RATE`).
+    Circuit {
+        /// `ID [json]` or `set ID download|upload RATE`.
+        #[arg(trailing_var_arg = true, required = true)]
+        words: Vec<String>,
+    },
 }
 
 /// Settings `ctl set` can change.
@@ -898,6 +912,9 @@ fn ctl_cmd(args: CtlArgs) -> anyhow::Result<ExitCode> {
         }
         CtlRequest::Stats { json: true } => "stats json".to_string(),
         CtlRequest::Stats { json: false } => "stats".to_string(),
+        CtlRequest::Circuits { words } if words.is_empty() => "circuits".to_string(),
+        CtlRequest::Circuits { words } => format!("circuits {}", words.join(" ")),
+        CtlRequest::Circuit { words } => format!("circuit {}", words.join(" ")),
     };
     let reply = crate::control::client::send(&socket, &command)
         .with_context(|| format!("sending '{command}' to {}", socket.display()))?;

@@ -12,6 +12,11 @@
 //! * `set diffserv diffserv4`, `set flow-mode flows`, `set overhead 18`, `set <tc words>` —
 //!   CAKE options, applied by each queue's runner at a safe point between dequeues.
 //! * `stats` / `stats json` — the latest report as text or as one JSON object.
+//! * `circuits [top N] [by rate|drops|sojourn] [json]` — the circuits and nodes
+//!   (docs/circuits.md); `circuit ID [json]` — one circuit in full, both directions with
+//!   their tins; `circuit set ID download|upload RATE` — a one-off plan change;
+//!   `circuits reload` — read the circuit files again (a refused file keeps the circuits in
+//!   force and says why).
 //!
 //! No change loses a queued packet: rates change through `SharedRate`, other options through
 //! `TxQueue`'s reconfigure-at-a-safe-point path. [`apply_reload`] applies a whole new config
@@ -116,6 +121,36 @@ pub trait LiveTarget: Send + Sync {
     fn rate(&self) -> Rate;
 }
 
+/// The circuits of a running forwarder, as the control socket and reloads change and read
+/// them. Every change is all or nothing: a refused one leaves the circuits in force.
+pub trait CircuitControl: Send + Sync {
+    /// Reads the circuit files again, with `config`'s `[circuits]` and direction options
+    /// when given (a SIGHUP), else the ones in force. Says what changed.
+    ///
+    /// # Errors
+    /// Why the files or the change were refused.
+    fn reload(&self, config: Option<&Config>) -> Result<String, String>;
+    /// Changes one circuit's plan in `dir` until the files are read again.
+    ///
+    /// # Errors
+    /// No such circuit, or a rate its queue refuses.
+    fn set_rate(&self, id: &str, dir: Direction, rate: Rate) -> Result<String, String>;
+    /// `dir`'s CAKE options changed: every circuit there inherits them.
+    ///
+    /// # Errors
+    /// A circuit whose `sqm` cannot be laid over the new options.
+    fn direction_options(&self, dir: Direction, cake: &CakeConfig) -> Result<(), String>;
+    /// The list: the first `top` circuits by `by`, then every node.
+    fn list(&self, top: usize, by: crate::stats::circuits::SortBy, json: bool) -> String;
+    /// One circuit in full.
+    ///
+    /// # Errors
+    /// No such circuit.
+    fn show(&self, id: &str, json: bool) -> Result<String, String>;
+    /// Whether `dir` is shaped per circuit.
+    fn has(&self, dir: Direction) -> bool;
+}
+
 /// One direction as the control socket changes it: the TX queues of the port it leaves
 /// through, and the CAKE configuration in force there.
 pub struct DirectionTarget {
@@ -165,6 +200,8 @@ pub struct ControlState {
     /// the state as of the question (a rate just set shows at once), not as of the last
     /// interval. Until it is set, the latest report is the answer.
     pub fresh: Mutex<Option<FreshReport>>,
+    /// The circuits, when `[circuits]` names files.
+    pub circuits: Option<Arc<dyn CircuitControl>>,
 }
 
 /// Builds a report when asked: (text, one JSON object).
@@ -268,7 +305,13 @@ fn apply_cakes(st: &ControlState, wanted: &[(usize, CakeConfig)]) -> Result<(), 
             rate: cur.rate,
             ..cake.clone()
         } == *cur;
-        if rate_only {
+        let circuits = st.circuits.as_ref().filter(|c| c.has(t.direction));
+        if let Some(c) = circuits {
+            // The link's options are every circuit's there: the plans are rebuilt on them
+            // (a change of the link's rate alone still reaches the queues as a rate write).
+            c.direction_options(t.direction, cake)
+                .map_err(|e| format!("{}: {e}", t.direction.name()))?;
+        } else if rate_only {
             t.queues.set_rate(cake.rate);
         } else {
             t.queues
@@ -329,6 +372,7 @@ pub fn handle_command(st: &ControlState, line: &str) -> String {
         [] => "error: empty command; try 'stats' or 'set rate 500mbit'".into(),
         ["stats"] | ["stats", "text"] => st.report(false),
         ["stats", "json"] => st.report(true),
+        ["circuits", rest @ ..] | ["circuit", rest @ ..] => circuits_command(st, &words[0..1], rest),
         ["set", rest @ ..] => match select(st, rest) {
             Ok((picked, setting, said)) => set(st, &picked, setting, &said, line),
             Err(e) => format!("error: {e}"),
@@ -338,6 +382,82 @@ pub fn handle_command(st: &ControlState, line: &str) -> String {
             shortened(line)
         ),
     }
+}
+
+/// Most circuits `circuits` lists unless told (`top N`).
+const DEFAULT_TOP: usize = 20;
+
+/// `circuits ...` and `circuit ...`.
+fn circuits_command(st: &ControlState, first: &[&str], rest: &[&str]) -> String {
+    use crate::stats::circuits::SortBy;
+    let Some(c) = st.circuits.as_ref() else {
+        return "error: this forwarder shapes no circuits; name circuit files in [circuits] files (docs/circuits.md)".into();
+    };
+    let usage = "use 'circuits [top N] [by rate|drops|sojourn] [json]', 'circuits reload', 'circuit ID [json]' or 'circuit set ID download|upload RATE'";
+    match (first, rest) {
+        (["circuits"], ["reload"]) => match c.reload(None) {
+            Ok(said) => format!("ok {said}"),
+            Err(e) => format!("error: {e}; the circuits in force are kept"),
+        },
+        (["circuits"], words) => {
+            let (mut top, mut by, mut json) = (DEFAULT_TOP, SortBy::Rate, false);
+            let mut i = 0;
+            while i < words.len() {
+                match (words[i], words.get(i + 1)) {
+                    ("top", Some(n)) => match n.parse::<usize>() {
+                        Ok(n) => top = n,
+                        Err(_) => {
+                            return format!("error: 'top {}' needs a count; {usage}", shortened(n))
+                        }
+                    },
+                    ("by", Some(k)) => match SortBy::parse(k) {
+                        Some(k) => by = k,
+                        None => {
+                            return format!("error: cannot sort by '{}'; {usage}", shortened(k))
+                        }
+                    },
+                    ("json", _) => {
+                        json = true;
+                        i += 1;
+                        continue;
+                    }
+                    (w, _) => {
+                        return format!("error: '{}' is not understood; {usage}", shortened(w))
+                    }
+                }
+                i += 2;
+            }
+            c.list(top, by, json)
+        }
+        (["circuit"], ["set", id, dir, rate]) => {
+            let Some(d) = Direction::parse(dir) else {
+                return format!(
+                    "error: '{}' is not a direction; write download or upload",
+                    shortened(dir)
+                );
+            };
+            match crate::config::units::parse_rate(rate) {
+                Ok(r) => match c.set_rate(id, d, r) {
+                    Ok(said) => said,
+                    Err(e) => format!("error: {e}"),
+                },
+                Err(e) => format!("error: {e}"),
+            }
+        }
+        (["circuit"], [id]) | (["circuit"], [id, "json"]) => match c.show(id, rest.len() == 2) {
+            Ok(text) => text,
+            Err(e) => format!("error: {e}"),
+        },
+        _ => format!("error: {usage}"),
+    }
+}
+
+/// Reads the circuit files again for a reload of `new`, when the running forwarder has
+/// circuits: `Some(Ok(what changed))` or `Some(Err(why not))`; `None` without circuits.
+pub fn reload_circuits(new: &Config) -> Option<Result<String, String>> {
+    let st = current()?;
+    let c = st.circuits.as_ref()?;
+    Some(c.reload(Some(new)))
 }
 
 /// `set`, after the direction selector: changes `picked` directions.
@@ -673,6 +793,7 @@ mod tests {
             latest_text: Arc::new(Mutex::new("text report".into())),
             latest_json: Arc::new(Mutex::new("{}".into())),
             fresh: Mutex::new(None),
+            circuits: None,
         })
     }
 
@@ -737,6 +858,7 @@ mod tests {
             latest_text: Arc::new(Mutex::new(String::new())),
             latest_json: Arc::new(Mutex::new(String::new())),
             fresh: Mutex::new(None),
+            circuits: None,
         };
         let reply = handle_command(&st, "set autorate-ingress");
         assert!(
@@ -770,6 +892,7 @@ mod tests {
             latest_text: Arc::new(Mutex::new(String::new())),
             latest_json: Arc::new(Mutex::new(String::new())),
             fresh: Mutex::new(None),
+            circuits: None,
         };
         assert_eq!(handle_command(&st, "set rate 8mbit"), "ok rate 8mbit");
         assert_eq!(

@@ -31,6 +31,9 @@ pub struct ReloadOutcome {
     pub overridden: Vec<String>,
     /// Why the file was not used, when it was not.
     pub error: Option<String>,
+    /// What reading the circuit files again did (`Err`: why they were refused and the
+    /// circuits in force kept); `None` without circuits.
+    pub circuits: Option<Result<String, String>>,
 }
 
 impl ReloadOutcome {
@@ -66,6 +69,13 @@ impl ReloadOutcome {
                 "reload: {origin}: changed but needs a restart (systemctl restart cakewalk): {}",
                 self.needs_restart.join(", ")
             ));
+        }
+        match &self.circuits {
+            Some(Ok(said)) => v.push(format!("reload: {origin}: {said}")),
+            Some(Err(e)) => v.push(format!(
+                "reload: {origin}: circuit files refused, keeping the circuits in force: {e}"
+            )),
+            None => {}
         }
         v
     }
@@ -227,6 +237,9 @@ pub fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
     if old.shaper.queue != new.shaper.queue {
         v.push("shaper.queue".into());
     }
+    if old.circuits.is_some() != new.circuits.is_some() {
+        v.push("circuits.files (circuits on or off)".into());
+    }
     if old.shaper.bypass != new.shaper.bypass {
         v.push("shaper.bypass".into());
     }
@@ -376,12 +389,14 @@ pub fn reload_once(
             needs_restart.push(k);
         }
     }
+    let circuits = crate::control::reload_circuits(&new);
     *current = new;
     ReloadOutcome {
         applied,
         needs_restart,
         overridden,
         error: None,
+        circuits,
     }
 }
 

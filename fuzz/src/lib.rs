@@ -579,6 +579,7 @@ pub fn control_command(data: &[u8]) {
         latest_text: Arc::new(Mutex::new("report".into())),
         latest_json: Arc::new(Mutex::new("{}".into())),
         fresh: Mutex::new(None),
+        circuits: None,
     };
     // One command per line, as a client would send them over one connection each.
     for line in String::from_utf8_lossy(data).lines().take(32) {
@@ -658,6 +659,7 @@ pub fn control_conversation(data: &[u8]) {
         latest_text: Arc::new(Mutex::new("report".into())),
         latest_json: Arc::new(Mutex::new("{}".into())),
         fresh: Mutex::new(None),
+        circuits: None,
     };
     let mq = &port.0;
     let (mut now, mut seq) = (1_000_000u64, 0u64);

@@ -23,6 +23,7 @@ use crate::port::synth::{SynthPlan, SynthRx, SynthTx};
 use crate::port::{PortKind, PortRx, PortSpec, PortTx, PortsConfig};
 use crate::stats::BackendCounters;
 
+mod circuits;
 mod queues;
 mod supervise;
 

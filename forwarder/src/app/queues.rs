@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use qdisc::cake::{Cake, CakeConfig};
+use qdisc::circuit::{CircuitShaper, CircuitShaperConfig};
 use qdisc::fifo::{Fifo, FifoConfig};
 use qdisc::mq::{MqQdisc, MultiQueue, Offerer, TxQueue, TxQueueOptions};
 use qdisc::{PacketMeta, Rate};
@@ -197,6 +198,47 @@ impl<P: PortBuf> LiveTarget for PortQueues<P, Cake<P>> {
     fn rate(&self) -> Rate {
         self.mq.rate()
     }
+}
+
+/// A direction shaped per circuit: its link rate is the queues' shared rate; every other
+/// change reaches it through the circuits ([`crate::control::CircuitControl`]), which
+/// rebuild the plans on the new options.
+impl<P: PortBuf> LiveTarget for PortQueues<P, CircuitShaper<P>> {
+    fn set_rate(&self, rate: Rate) {
+        self.mq.set_rate(rate);
+    }
+    fn reconfigure(&self, _cake: &CakeConfig) -> Result<(), String> {
+        Err("a direction shaped per circuit changes its options through its circuits; this is a bug in the caller".into())
+    }
+    fn rate(&self) -> Rate {
+        self.mq.rate()
+    }
+}
+
+/// One direction's circuit queues: the engine's shapers, the live target, the queues.
+pub(super) type BuiltCircuits<P> = (
+    Vec<Arc<dyn Shaper<P>>>,
+    Arc<dyn LiveTarget>,
+    Arc<MultiQueue<P, CircuitShaper<P>>>,
+);
+
+/// Builds `queues` circuit-shaper TX queues from `config`: the engine's shapers, the live
+/// target, and the queues themselves for the circuits' runtime.
+///
+/// # Errors
+/// When the circuit shaper refuses the configuration.
+pub(super) fn build_circuit_queues<P: PortBuf>(
+    config: &CircuitShaperConfig,
+    queues: usize,
+    options: TxQueueOptions,
+) -> anyhow::Result<BuiltCircuits<P>> {
+    let mq: MultiQueue<P, CircuitShaper<P>> =
+        MultiQueue::from_config(queues, options, config).context("building the circuit queues")?;
+    let mq = Arc::new(mq);
+    let shapers = (0..queues)
+        .map(|i| Arc::new(MqSlot::new(mq.clone(), i)) as Arc<dyn Shaper<P>>)
+        .collect();
+    Ok((shapers, Arc::new(PortQueues { mq: mq.clone() }), mq))
 }
 
 impl<P: PortBuf> LiveTarget for PortQueues<P, Fifo<P>> {

@@ -63,15 +63,59 @@ pub(super) fn supervise<P: PortBuf>(
         .context("stats.interval")?
         .unwrap_or(1_000_000_000)
         .max(10_000_000);
-    // Each egress port carries one direction, shaped by that direction's settings.
-    let choices: Vec<QueueChoice> = (0..2)
-        .map(|p| match config.shaper.queue {
-            QueueKind::Cake => QueueChoice::Cake(config.cake_for_egress(p)),
-            QueueKind::Fifo => QueueChoice::Fifo,
-        })
-        .collect();
-    let (shapers, targets) =
-        build_port_queues::<P>(&choices, ecfg.tx_queues, queue_options(config))?;
+    // Each egress port carries one direction, shaped by that direction's settings; with
+    // circuits, per circuit under the direction's link rate.
+    let (shapers, targets, circuits) = match &config.circuits {
+        Some(settings) => {
+            let prepared = super::circuits::prepare(config, settings)?;
+            let mut shapers = Vec::new();
+            let mut targets = Vec::new();
+            let mut queues = [None, None];
+            for p in 0..2 {
+                let dir = config.egress_direction(p);
+                let cfg = prepared
+                    .shaper_config(dir)
+                    .map_err(anyhow::Error::msg)
+                    .context("the circuit shaper")?;
+                let (s, t, mq) = super::queues::build_circuit_queues::<P>(
+                    &cfg,
+                    ecfg.tx_queues,
+                    queue_options(config),
+                )?;
+                shapers.extend(s);
+                targets.push(t);
+                queues[dir.index()] = Some(mq);
+            }
+            (shapers, targets, Some(Arc::new(prepared.start(queues))))
+        }
+        None => {
+            let choices: Vec<QueueChoice> = (0..2)
+                .map(|p| match config.shaper.queue {
+                    QueueKind::Cake => QueueChoice::Cake(config.cake_for_egress(p)),
+                    QueueKind::Fifo => QueueChoice::Fifo,
+                })
+                .collect();
+            let (s, t) = build_port_queues::<P>(&choices, ecfg.tx_queues, queue_options(config))?;
+            (s, t, None)
+        }
+    };
+    let circuit_metrics =
+        crate::stats::CircuitMetrics::parse(&scfg.circuit_metrics).map_err(anyhow::Error::msg)?;
+    let tables = circuits.as_ref().map(|rt| engine::CircuitTables {
+        table: rt.table(),
+        sides: (0..2)
+            .map(|p| {
+                Some(match config.egress_direction(p) {
+                    crate::direction::Direction::Download => crate::classify::Side::Destination,
+                    crate::direction::Direction::Upload => crate::classify::Side::Source,
+                })
+            })
+            .collect(),
+        unmatched_one_queue: matches!(
+            config.circuits.as_ref().map(|c| c.unmatched),
+            Some(crate::circuit::Unmatched::Rates { .. })
+        ),
+    });
     let port_names = vec![config.ports.port_name(0), config.ports.port_name(1)];
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -99,6 +143,9 @@ pub(super) fn supervise<P: PortBuf>(
         latest_text: outputs.latest_text.clone(),
         latest_json: outputs.latest_json.clone(),
         fresh: Mutex::new(None),
+        circuits: circuits
+            .clone()
+            .map(|rt| rt as Arc<dyn control::CircuitControl>),
     });
     control::install(Some(state.clone()));
     let aux_stop = Arc::new(AtomicBool::new(false));
@@ -111,8 +158,8 @@ pub(super) fn supervise<P: PortBuf>(
     let ports = stall_for_tests(ports)?;
     let mut notifier = crate::notify::Notifier::from_env();
     let started = Instant::now();
-    let running =
-        engine::start_with_hook(&ecfg, ports, shapers, hook).context("starting the engine")?;
+    let running = engine::start_with_circuits(&ecfg, ports, shapers, hook, tables)
+        .context("starting the engine")?;
     let handoff_src = running.handoff_counts();
     let reporter = Arc::new(Mutex::new(Reporter::new(Sources {
         port_names: port_names.clone(),
@@ -153,10 +200,13 @@ pub(super) fn supervise<P: PortBuf>(
         },
         &mut notifier,
         |elapsed_ns| {
-            let r = reporter
+            let mut r = reporter
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .report(elapsed_ns as f64 / 1e9);
+            r.circuits = circuits
+                .as_ref()
+                .map(|c| c.interval_report(circuit_metrics));
             outputs.publish(&r, scfg.live, &synth);
             r
         },
@@ -173,10 +223,13 @@ pub(super) fn supervise<P: PortBuf>(
     }
     // From here on `stats` answers with the final report.
     *state.fresh.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    let r = reporter
+    let mut r = reporter
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .final_report(started.elapsed().as_secs_f64());
+    r.circuits = circuits
+        .as_ref()
+        .map(|c| c.interval_report(circuit_metrics));
     outputs.publish(&r, false, &synth);
     aux_stop.store(true, Ordering::Relaxed);
     for h in aux {

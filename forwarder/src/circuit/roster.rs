@@ -6,16 +6,15 @@
 //!
 //! A circuit direction's CAKE options are its direction's (`[shaper]` with
 //! `[shaper.download]` / `[shaper.upload]` on top), then its `sqm` column: `cake WORDS` adds
-//! tc words, `fq_codel` is CAKE `besteffort flows`, `none` is `besteffort flowblind` (one
-//! queue at the plan's rate: a plain rate limit). The rate is the plan's maximum; the memory
+//! tc words, `fq_codel` is CAKE `besteffort flows`, `none` is `besteffort flowblind` with an
+//! AQM that never acts (one queue at the plan's rate: a plain rate limit,
+//! `qdisc::circuit::CircuitPlan::plain`). The rate is the plan's maximum; the memory
 //! limit is `[circuits] memory_limit`, or derived from the plan's rate when "auto".
-
-use std::collections::HashMap;
-use std::sync::Arc;
 
 use circuits::{CircuitSet, Problem, Refused, SqmChoice};
 use qdisc::cake::{CakeConfig, DiffservMode, FlowMode};
 use qdisc::Rate;
+use std::collections::HashMap;
 
 use super::config::CircuitsSettings;
 use super::slots::SlotMap;
@@ -77,7 +76,7 @@ pub struct Roster {
     /// The node tree.
     pub nodes: Vec<NodeInfo>,
     /// The prefix table, answering with slots.
-    pub lpm: Option<Arc<circuits::Lpm>>,
+    pub lpm: Option<circuits::Lpm>,
     /// Devices and prefixes loaded (for the summary).
     pub devices: usize,
     /// Prefixes in the table.
@@ -103,8 +102,11 @@ pub fn circuit_cake(
     match sqm {
         SqmChoice::Default => {}
         SqmChoice::None => {
+            // A plain rate limit: one queue whose AQM never acts (`CircuitPlan::plain`).
             cake.diffserv = DiffservMode::Besteffort;
             cake.flow_mode = FlowMode::Flowblind;
+            cake.target_ns = qdisc::circuit::PLAIN_AQM_NS;
+            cake.interval_ns = qdisc::circuit::PLAIN_AQM_NS;
         }
         SqmChoice::FqCodel => {
             cake.diffserv = DiffservMode::Besteffort;
@@ -219,7 +221,7 @@ impl Roster {
         }
         let lpm = circuits::lpm::Lpm::build(set.prefixes().map(|(p, c, _)| (p, assigned[c])));
         let lpm = match lpm {
-            Ok(l) => Some(Arc::new(l)),
+            Ok(l) => Some(l),
             Err(e) => {
                 problems.push(Problem {
                     severity: circuits::Severity::Error,

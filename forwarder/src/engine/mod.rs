@@ -377,6 +377,22 @@ impl<P: PortBuf> Running<P> {
     }
 }
 
+/// The circuits the workers classify by (docs/circuits.md): the published prefix table
+/// (answering with circuit slots) and, per egress port, which address of a packet leaving
+/// through it names its subscriber (`None`: that port's direction has no circuits).
+#[derive(Clone)]
+pub struct CircuitTables {
+    /// The prefix table; a reload publishes a new one, each worker picks it up at its next
+    /// burst.
+    pub table: Arc<circuits::publish::Published<circuits::Lpm>>,
+    /// Per egress port.
+    pub sides: Vec<Option<crate::classify::Side>>,
+    /// Unmatched packets share one circuit (`[circuits] unmatched` with rates): with
+    /// several TX queues they all go to the first, so that the class is one queue at its
+    /// rate, not one per TX queue. Otherwise they keep the flow hash.
+    pub unmatched_one_queue: bool,
+}
+
 /// The shaper of every egress queue, shared by all workers.
 pub type Shapers<P> = Arc<Vec<Arc<dyn Shaper<P>>>>;
 
@@ -406,6 +422,22 @@ pub fn start_with_hook<P: PortBuf>(
     ports: EnginePorts<P>,
     shapers: Vec<Arc<dyn Shaper<P>>>,
     hook: Option<WorkerHook>,
+) -> Result<Running<P>, EngineError> {
+    start_with_circuits(cfg, ports, shapers, hook, None)
+}
+
+/// [`start_with_hook`] with circuits: every packet leaving through a port with a
+/// [`CircuitTables::sides`] entry is classified to its circuit, and with several TX queues
+/// steered by it.
+///
+/// # Errors
+/// As [`start`].
+pub fn start_with_circuits<P: PortBuf>(
+    cfg: &EngineConfig,
+    ports: EnginePorts<P>,
+    shapers: Vec<Arc<dyn Shaper<P>>>,
+    hook: Option<WorkerHook>,
+    circuits: Option<CircuitTables>,
 ) -> Result<Running<P>, EngineError> {
     let timing = cfg.timing()?;
     let layout = Layout {
@@ -460,8 +492,18 @@ pub fn start_with_hook<P: PortBuf>(
             idle: cfg.idle,
             core: cores.as_ref().map(|c| c[id % c.len()]),
             hook: hook.clone(),
+            circuits: circuits.as_ref().map(|c| worker::WorkerCircuits {
+                reader: c.table.reader(),
+                table: c.table.clone(),
+                unmatched_one_queue: c.unmatched_one_queue,
+            }),
         })
         .collect();
+    let side_of = |out: usize| {
+        circuits
+            .as_ref()
+            .and_then(|c| c.sides.get(out).copied().flatten())
+    };
     // Receive queues round-robin over workers; TX queue e belongs to worker e % workers.
     let mut next = 0;
     for (p, queues) in ports.rx.into_iter().enumerate() {
@@ -474,6 +516,7 @@ pub fn start_with_hook<P: PortBuf>(
                 port: p,
                 out,
                 egress: None,
+                side: side_of(out),
                 finished: false,
             });
             next += 1;
@@ -506,6 +549,10 @@ pub fn start_with_hook<P: PortBuf>(
             let base = slot.out * nq;
             slot.egress = if nq == 1 {
                 Some(base)
+            } else if slot.side.is_some() {
+                // A circuit's flows arrive on every receive queue, and all of them must
+                // meet its one shaper: steered by circuit, whatever tx_select says.
+                None
             } else if tx_select == TxSelect::Worker {
                 let mine: Vec<usize> = (base..base + nq)
                     .filter(|&e| w.owned[e].is_some())

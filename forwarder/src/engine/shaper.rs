@@ -25,6 +25,9 @@ pub trait TinReport {
 
 impl<P> TinReport for qdisc::fifo::Fifo<P> {}
 
+/// A circuit shaper's tins are per circuit (`ctl circuit ID`); the queue itself has none.
+impl<P: Packet> TinReport for qdisc::circuit::CircuitShaper<P> {}
+
 impl<P: Packet> TinReport for Cake<P> {
     fn tin_snapshots(&self) -> Vec<TinSnapshot> {
         let names = self.tin_names();

@@ -14,6 +14,10 @@ use qdisc::{DropReason, PacketMeta};
 use super::{
     EngineShared, IdleMode, Shaper, Shapers, WorkerHook, DRAINING, RUNNING, STOPPED, WORKER_DONE,
 };
+use circuits::publish::{Published, Reader};
+use circuits::Lpm;
+
+use crate::classify::Side;
 use crate::clock;
 use crate::counters::{egress, port, Layout};
 use crate::port::{PortBuf, PortRx, PortTx};
@@ -25,7 +29,19 @@ pub(super) struct RxSlot<P> {
     /// The one egress every packet of this slot goes to ([`TxSelect::Worker`], or a port with
     /// one TX queue); `None`: by flow hash.
     pub(super) egress: Option<usize>,
+    /// Which address names the subscriber of what this slot receives (`None`: its
+    /// direction has no circuits).
+    pub(super) side: Option<Side>,
     pub(super) finished: bool,
+}
+
+/// A worker's view of the circuit prefix table: its own `Arc`, refreshed once per receive
+/// phase with one atomic load, so that a lookup never takes a lock.
+pub(super) struct WorkerCircuits {
+    pub(super) table: Arc<Published<Lpm>>,
+    pub(super) reader: Reader<Lpm>,
+    /// Unmatched packets all go to the first TX queue (see `CircuitTables`).
+    pub(super) unmatched_one_queue: bool,
 }
 
 pub(super) struct TxSlot<P> {
@@ -82,6 +98,7 @@ pub(super) struct Worker<P> {
     pub(super) idle: IdleMode,
     pub(super) core: Option<core_affinity::CoreId>,
     pub(super) hook: Option<WorkerHook>,
+    pub(super) circuits: Option<WorkerCircuits>,
 }
 
 impl<P: PortBuf> Worker<P> {
@@ -208,8 +225,19 @@ impl<P: PortBuf> Worker<P> {
         let nq = self.layout.queues;
         let lp = self.layout;
         let mut work = 0usize;
+        // A table a reload published is picked up here, once per receive phase.
+        if let Some(c) = self.circuits.as_mut() {
+            c.reader.refresh(&c.table);
+        }
+        let lpm = self.circuits.as_ref().map(|c| c.reader.get());
+        let unmatched_one_queue = self
+            .circuits
+            .as_ref()
+            .is_some_and(|c| c.unmatched_one_queue);
         for slot in self.rx.iter_mut() {
             let base = slot.out * nq;
+            // The prefix table when this slot's direction has circuits.
+            let circuits = lpm.zip(slot.side);
             if slot
                 .egress
                 .is_some_and(|e| self.owned[e].is_none() && self.shapers[e].peer_offer_would_drop())
@@ -246,6 +274,9 @@ impl<P: PortBuf> Worker<P> {
                 // TCQ_F_CAN_BYPASS). MALFORMED counts the frames that were parsed.
                 let mut classify = |pkt: &P, meta: &mut PacketMeta| {
                     malformed += u64::from(classify_into(pkt, meta));
+                    if let Some((lpm, side)) = circuits {
+                        meta.circuit = crate::classify::circuit_of(lpm, side, &meta.keys);
+                    }
                 };
                 let offered = offer_to(
                     self.shapers[e].as_ref(),
@@ -267,9 +298,21 @@ impl<P: PortBuf> Worker<P> {
                 for (pkt, meta) in b.burst.iter().zip(b.metas.iter_mut()) {
                     malformed += u64::from(classify_into(pkt, meta));
                 }
-                // The queue's software hash stays in the meta for CAKE to reuse.
+                if let Some((lpm, side)) = circuits {
+                    for meta in b.metas[..b.burst.len()].iter_mut() {
+                        meta.circuit = crate::classify::circuit_of(lpm, side, &meta.keys);
+                    }
+                }
+                // The queue's software hash stays in the meta for CAKE to reuse; a
+                // circuit's packets all go to its one queue.
                 for (pkt, meta) in b.burst.drain(..).zip(b.metas.iter_mut()) {
-                    let e = base + crate::classify::assign_tx_queue(meta, nq);
+                    let q = crate::classify::assign_tx_queue(meta, nq);
+                    let q = match (meta.circuit, circuits.is_some()) {
+                        (Some(c), true) => crate::classify::circuit_queue(c, nq),
+                        (None, true) if unmatched_one_queue => 0,
+                        _ => q,
+                    };
+                    let e = base + q;
                     b.bmetas[e][b.bpkts[e].len()] = *meta;
                     b.bpkts[e].push(pkt);
                 }

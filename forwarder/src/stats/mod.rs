@@ -7,6 +7,7 @@
 //!
 //! Nothing here runs on the data path: reports are built by the supervising thread.
 
+pub mod circuits;
 pub mod prometheus;
 
 use std::collections::BTreeMap;
@@ -302,6 +303,10 @@ pub struct Report {
     pub directions: Vec<DirectionReport>,
     /// The conservation check.
     pub conservation: Conservation,
+    /// Circuits, when the forwarder shapes them (filled by the app, which reads the circuit
+    /// shapers): totals and nodes, and the circuits `[stats] circuit_metrics` selects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub circuits: Option<circuits::CircuitsReport>,
 }
 
 /// Percentiles p50, p99, p99.9 and max of `h`.
@@ -485,6 +490,7 @@ impl Reporter {
             backend,
             directions,
             conservation,
+            circuits: None,
         };
         (report, snap)
     }
@@ -513,7 +519,8 @@ pub fn fmt_bps(bps: f64) -> String {
     format!("{v:.2}{u}")
 }
 
-fn fmt_ns(ns: u64) -> String {
+/// Formats a duration in ns as ms, us or ns with one decimal.
+pub fn fmt_ns(ns: u64) -> String {
     if ns >= 1_000_000 {
         format!("{:.1}ms", ns as f64 / 1e6)
     } else if ns >= 1_000 {
@@ -703,6 +710,9 @@ impl Report {
                 );
             }
         }
+        if let Some(c) = &self.circuits {
+            out.push_str(&c.text(circuits::SortBy::Rate));
+        }
         for s in &self.synth {
             let t = &s.totals;
             let _ = writeln!(
@@ -827,6 +837,7 @@ mod tests {
             backend: Vec::new(),
             directions: Vec::new(),
             conservation: Conservation::check(10, transmitted, 3, 0, final_report),
+            circuits: None,
         }
     }
 

@@ -456,6 +456,9 @@ pub fn render(r: &Report) -> String {
             },
         );
     }
+    if let Some(circuits) = &r.circuits {
+        render_circuits(&mut x, circuits);
+    }
     let c = &r.conservation;
     x.family(
         "cakewalk_conservation_ok",
@@ -470,6 +473,127 @@ pub fn render(r: &Report) -> String {
         |f| f.sample(&[], c.unaccounted as f64),
     );
     x.finish()
+}
+
+/// The circuit families: totals always; a series per listed circuit and per node only when
+/// `[stats] circuit_metrics` asks (the report then holds them), as one series per subscriber
+/// is more than most Prometheus servers want by default.
+fn render_circuits(x: &mut Exposition, c: &super::circuits::CircuitsReport) {
+    const DIRS: [&str; 2] = ["download", "upload"];
+    x.family(
+        "cakewalk_circuits",
+        Kind::Gauge,
+        "Circuits in force (loaded from the circuit files).",
+        |f| f.integer(&[], c.circuits as u64),
+    );
+    x.family(
+        "cakewalk_circuits_active",
+        Kind::Gauge,
+        "Circuits holding a queue of their own (they had traffic within the idle release time).",
+        |f| {
+            for (d, n) in DIRS.iter().zip(c.active) {
+                f.integer(&[("direction", d)], n as u64);
+            }
+        },
+    );
+    x.family(
+        "cakewalk_circuits_memory_bytes",
+        Kind::Gauge,
+        "Memory the circuit queues take.",
+        |f| {
+            for (d, n) in DIRS.iter().zip(c.memory_bytes) {
+                f.integer(&[("direction", d)], n);
+            }
+        },
+    );
+    if !c.rows.is_empty() {
+        type RowField = fn(&super::circuits::CircuitDirRow) -> f64;
+        let per_circuit: [(&str, Kind, &str, RowField); 6] = [
+            (
+                "cakewalk_circuit_sent_bytes_total",
+                Kind::Counter,
+                "Bytes the circuit delivered (frame length).",
+                |d| d.sent_bytes as f64,
+            ),
+            (
+                "cakewalk_circuit_sent_packets_total",
+                Kind::Counter,
+                "Packets the circuit delivered.",
+                |d| d.sent_packets as f64,
+            ),
+            (
+                "cakewalk_circuit_dropped_packets_total",
+                Kind::Counter,
+                "Packets the circuit's queue dropped, every reason.",
+                |d| d.dropped_packets as f64,
+            ),
+            (
+                "cakewalk_circuit_backlog_bytes",
+                Kind::Gauge,
+                "Bytes queued in the circuit's queue.",
+                |d| d.backlog_bytes as f64,
+            ),
+            (
+                "cakewalk_circuit_plan_bits_per_second",
+                Kind::Gauge,
+                "The circuit's plan in force (0: unlimited).",
+                |d| d.plan_bps as f64,
+            ),
+            (
+                "cakewalk_circuit_sojourn_peak_seconds",
+                Kind::Gauge,
+                "CAKE's peak sojourn over the circuit's tins (a fast-rising, slowly decaying peak).",
+                |d| d.sojourn_peak_ns as f64 / 1e9,
+            ),
+        ];
+        for (name, kind, help, field) in per_circuit {
+            x.family(name, kind, help, |f| {
+                for r in &c.rows {
+                    for (d, row) in DIRS.iter().zip([&r.download, &r.upload]) {
+                        f.sample(&[("circuit", &r.id), ("direction", d)], field(row));
+                    }
+                }
+            });
+        }
+    }
+    if !c.nodes.is_empty() {
+        type NodeField = fn(&super::circuits::NodeDirRow) -> f64;
+        let per_node: [(&str, Kind, &str, NodeField); 4] = [
+            (
+                "cakewalk_node_sent_bytes_total",
+                Kind::Counter,
+                "Bytes the circuits under the node delivered (its whole subtree; virtual nodes too).",
+                |d| d.sent_bytes as f64,
+            ),
+            (
+                "cakewalk_node_dropped_packets_total",
+                Kind::Counter,
+                "Packets the queues of the circuits under the node dropped.",
+                |d| d.dropped_packets as f64,
+            ),
+            (
+                "cakewalk_node_plans_bits_per_second",
+                Kind::Gauge,
+                "The sum of the plans of the circuits under the node.",
+                |d| d.plans_bps as f64,
+            ),
+            (
+                "cakewalk_node_cap_bits_per_second",
+                Kind::Gauge,
+                "The node's own cap from network.json (0: none).",
+                |d| d.cap_bps as f64,
+            ),
+        ];
+        for (name, kind, help, field) in per_node {
+            x.family(name, kind, help, |f| {
+                for n in &c.nodes {
+                    for (d, row) in DIRS.iter().zip([&n.download, &n.upload]) {
+                        f.sample(&[("node", &n.name), ("direction", d)], field(row));
+                    }
+                }
+            });
+        }
+    }
 }
 
 /// How long a connection may take to send its request and take the answer.

@@ -1,0 +1,618 @@
+//! Circuits at run time: builds each direction's circuit shapers from the roster
+//! ([`crate::circuit::Roster`]), publishes the prefix table the workers classify by, and
+//! serves what changes them live (a reload of the files, a one-off plan change, a change of
+//! a direction's CAKE options) and what reads them (the circuit list, one circuit in full,
+//! the per-interval report).
+//!
+//! Every change goes the same way: the roster is rebuilt (slots kept, [`SlotMap`]), each
+//! direction's queues get the new [`CircuitShaperConfig`] through
+//! `MultiQueue::reconfigure` (applied by each queue's runner at a safe point; the shaper
+//! diffs the plans slot by slot and changes a rate alone through `set_rate`, so nothing
+//! queued is lost), and only then is the new prefix table published. A refused change
+//! leaves everything as it was.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::Context;
+use circuits::publish::Published;
+use circuits::{CircuitSet, Lpm};
+use qdisc::cake::CakeConfig;
+use qdisc::circuit::{CircuitPlan, CircuitShaper, CircuitShaperConfig, CircuitStats};
+use qdisc::mq::MultiQueue;
+use qdisc::Rate;
+
+use crate::circuit::roster::{circuit_cake, RateOverrides};
+use crate::circuit::{CircuitsSettings, Roster, SlotMap, Unmatched};
+use crate::config::units::format_rate;
+use crate::config::Config;
+use crate::control::CircuitControl;
+use crate::direction::Direction;
+use crate::port::PortBuf;
+use crate::stats::circuits::{
+    CircuitDirRow, CircuitRow, CircuitTinRow, CircuitsReport, NodeDirRow, NodeRow, SortBy,
+};
+use crate::stats::CircuitMetrics;
+
+/// The queues of one direction.
+pub(super) type CircuitQueues<P> = Arc<MultiQueue<P, CircuitShaper<P>>>;
+
+/// What is in force, changed under one lock.
+struct State {
+    settings: CircuitsSettings,
+    /// Each direction's CAKE options (what circuits inherit).
+    cakes: [CakeConfig; 2],
+    slots: SlotMap,
+    roster: Roster,
+    /// The set last read from the files.
+    set: CircuitSet,
+    overrides: RateOverrides,
+}
+
+/// The last successful reading of every circuit direction, by (direction, slot): interval
+/// rates are over the time since it, and a circuit whose queue could not be read this time
+/// (its runner held it on every try) shows its last figures instead of zeros, which would
+/// make the next interval's rate a multiple of the real one.
+#[derive(Default)]
+struct Sampler {
+    last: HashMap<(usize, u32), Seen>,
+}
+
+struct Seen {
+    /// The circuit that held the slot (a slot a reload gave to another circuit starts over).
+    id: String,
+    at_ns: u64,
+    row: CircuitDirRow,
+}
+
+/// Tries at reading a busy queue before a report goes without it.
+const READ_TRIES: usize = 1000;
+
+/// One circuit direction as read from a shaper: what a report needs, copied under the lock.
+struct Figures {
+    counters: qdisc::circuit::CircuitCounters,
+    backlog_packets: u64,
+    backlog_bytes: u64,
+    sojourn_peak_ns: u64,
+    active: bool,
+    tins: Vec<CircuitTinRow>,
+}
+
+impl Figures {
+    fn of(st: &CircuitStats, tins: bool) -> Figures {
+        Figures {
+            counters: st.counters,
+            backlog_packets: st.backlog_packets,
+            backlog_bytes: st.backlog_bytes,
+            sojourn_peak_ns: st.sojourn_peak_ns,
+            active: st.active,
+            tins: if tins {
+                st.tins[..st.tin_count]
+                    .iter()
+                    .map(|t| CircuitTinRow {
+                        name: t.name.to_string(),
+                        sent_packets: t.sent_packets,
+                        sent_bytes: t.sent_bytes,
+                        dropped_packets: t.dropped_packets,
+                        ecn_marked_packets: t.ecn_marked_packets,
+                        backlog_bytes: t.backlog_bytes,
+                        delay_ns: [t.peak_delay_ns, t.avg_delay_ns, t.base_delay_ns],
+                        flows: [t.sparse_flows, t.bulk_flows],
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    fn add(&mut self, other: Figures) {
+        let c = &mut self.counters;
+        c.sent_packets += other.counters.sent_packets;
+        c.sent_bytes += other.counters.sent_bytes;
+        for (a, b) in c.drops.iter_mut().zip(other.counters.drops) {
+            *a += b;
+        }
+        self.backlog_packets += other.backlog_packets;
+        self.backlog_bytes += other.backlog_bytes;
+        self.sojourn_peak_ns = self.sojourn_peak_ns.max(other.sojourn_peak_ns);
+        self.active |= other.active;
+        if self.tins.is_empty() {
+            self.tins = other.tins;
+        }
+    }
+}
+
+/// The circuits of a running forwarder.
+pub(super) struct Runtime<P: PortBuf> {
+    state: Mutex<State>,
+    table: Arc<Published<Lpm>>,
+    /// Per direction, its queues when it has circuits.
+    queues: [Option<CircuitQueues<P>>; 2],
+    sampler: Mutex<Sampler>,
+}
+
+/// Circuits loaded and checked before the queues are built.
+pub(super) struct Prepared {
+    state: State,
+    lpm: Lpm,
+}
+
+fn now_ns() -> u64 {
+    crate::clock::now_ns()
+}
+
+/// Loads the files of `settings` and builds the roster with `config`'s direction options.
+///
+/// # Errors
+/// A file that cannot be read or is refused (every problem with its file and line).
+pub(super) fn prepare(config: &Config, settings: &CircuitsSettings) -> anyhow::Result<Prepared> {
+    let (set, warnings) = crate::circuit::load(settings)?;
+    for w in &warnings {
+        crate::log_line!("circuits: {w}");
+    }
+    let cakes = Direction::BOTH.map(|d| config.cake_for(d));
+    let mut slots = SlotMap::default();
+    let mut roster = Roster::build(
+        &set,
+        settings,
+        &cakes,
+        &mut slots,
+        now_ns(),
+        &RateOverrides::new(),
+    )
+    .context("the circuit files")?;
+    let lpm = roster
+        .lpm
+        .take()
+        .context("the prefix table was not built")?;
+    for line in roster.summary_lines(&cakes.clone().map(|c| c.rate)) {
+        crate::log_line!("circuits: {line}");
+    }
+    Ok(Prepared {
+        state: State {
+            settings: settings.clone(),
+            cakes,
+            slots,
+            roster,
+            set,
+            overrides: RateOverrides::new(),
+        },
+        lpm,
+    })
+}
+
+impl Prepared {
+    /// The circuit shaper configuration of `dir`.
+    pub(super) fn shaper_config(&self, dir: Direction) -> Result<CircuitShaperConfig, String> {
+        shaper_config(&self.state, dir)
+    }
+
+    /// The runtime over the queues built from [`Prepared::shaper_config`].
+    pub(super) fn start<P: PortBuf>(self, queues: [Option<CircuitQueues<P>>; 2]) -> Runtime<P> {
+        Runtime {
+            state: Mutex::new(self.state),
+            table: Arc::new(Published::new(self.lpm)),
+            queues,
+            sampler: Mutex::new(Sampler::default()),
+        }
+    }
+}
+
+/// The circuit shaper configuration of `dir` in `state`.
+fn shaper_config(state: &State, dir: Direction) -> Result<CircuitShaperConfig, String> {
+    let d = dir.index();
+    let plans: Vec<Option<CircuitPlan>> = state
+        .roster
+        .entries
+        .iter()
+        .map(|e| {
+            e.as_ref().map(|e| {
+                let p = e.plan(dir);
+                CircuitPlan {
+                    rate: p.rate,
+                    min: p.min,
+                    parent: e.ancestors.first().map(|&n| n as u32),
+                    cake: p.cake.clone(),
+                }
+            })
+        })
+        .collect();
+    let default_plan = match state.settings.unmatched {
+        Unmatched::Link => None,
+        Unmatched::Rates { download, upload } => {
+            let rate = [download, upload][d];
+            let cake = circuit_cake(
+                &state.cakes[d],
+                &circuits::SqmChoice::Default,
+                rate,
+                state.settings.memory_limit,
+            )?;
+            Some(CircuitPlan {
+                rate,
+                min: None,
+                parent: None,
+                cake,
+            })
+        }
+    };
+    let defaults = CircuitShaperConfig::default();
+    let config = CircuitShaperConfig {
+        link: state.cakes[d].clone(),
+        plans: Arc::from(plans),
+        default_plan,
+        idle_release_ns: state.settings.idle_release_ns,
+        circuit_memory_limit: state
+            .settings
+            .memory_limit
+            .unwrap_or(defaults.circuit_memory_limit),
+        ..defaults
+    };
+    config
+        .validate()
+        .map_err(|e| format!("{}: {e}", dir.name()))?;
+    Ok(config)
+}
+
+impl<P: PortBuf> Runtime<P> {
+    /// The table the workers classify by.
+    pub(super) fn table(&self) -> Arc<Published<Lpm>> {
+        self.table.clone()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Rebuilds the roster of `next` (slots taken from the state in force) and applies it:
+    /// the queues first, then the table. On refusal nothing changes.
+    fn apply(&self, mut next: State) -> Result<(), String> {
+        let mut state = self.state();
+        next.slots = state.slots.clone();
+        let mut roster = Roster::build(
+            &next.set,
+            &next.settings,
+            &next.cakes,
+            &mut next.slots,
+            now_ns(),
+            &next.overrides,
+        )
+        .map_err(|e| e.to_string())?;
+        let lpm = roster.lpm.take();
+        next.roster = roster;
+        let mut configs = Vec::new();
+        for dir in Direction::BOTH {
+            if let Some(q) = &self.queues[dir.index()] {
+                let cfg = shaper_config(&next, dir)?;
+                <CircuitShaper<P> as qdisc::mq::MqQdisc<P>>::validate(&cfg)
+                    .map_err(|e| format!("{}: {e}", dir.name()))?;
+                configs.push((q.clone(), cfg));
+            }
+        }
+        for (q, cfg) in configs {
+            q.reconfigure(&cfg).map_err(|e| e.to_string())?;
+        }
+        if let Some(lpm) = lpm {
+            self.table.publish(lpm);
+        }
+        *state = next;
+        Ok(())
+    }
+
+    /// A copy of the state to change (the roster is rebuilt by [`Runtime::apply`]).
+    fn draft(&self) -> State {
+        let s = self.state();
+        State {
+            settings: s.settings.clone(),
+            cakes: s.cakes.clone(),
+            slots: SlotMap::default(),
+            roster: Roster::default(),
+            set: s.set.clone(),
+            overrides: s.overrides.clone(),
+        }
+    }
+
+    /// Every circuit's figures in `dir`, summed over the direction's queues (a circuit's
+    /// packets meet one queue, but a reload may have moved nothing, so each is asked), with
+    /// the tins of `tins_of` only; plus the instances in use and their memory. Each queue
+    /// is read under its runner lock, taken between runs, copying a few words per slot.
+    fn read(&self, dir: Direction, tins_of: Option<u32>) -> (HashMap<u32, Figures>, usize, u64) {
+        let mut out: HashMap<u32, Figures> = HashMap::new();
+        let (mut active, mut memory) = (0usize, 0u64);
+        let Some(q) = &self.queues[dir.index()] else {
+            return (out, 0, 0);
+        };
+        for queue in q.queues() {
+            let mut got = None;
+            for _ in 0..READ_TRIES {
+                got = queue.try_with_qdisc(|s| {
+                    let slots = s.config().plans.len() as u32;
+                    let all: Vec<(u32, Figures)> = (0..slots)
+                        .filter_map(|slot| {
+                            let st = s.circuit_stats(slot)?;
+                            Some((slot, Figures::of(&st, tins_of == Some(slot))))
+                        })
+                        .collect();
+                    (all, s.active_instances(), s.memory_bytes() as u64)
+                });
+                if got.is_some() {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            let Some((all, a, m)) = got else { continue };
+            active += a;
+            memory += m;
+            for (slot, f) in all {
+                match out.get_mut(&slot) {
+                    None => {
+                        out.insert(slot, f);
+                    }
+                    Some(sum) => sum.add(f),
+                }
+            }
+        }
+        (out, active, memory)
+    }
+
+    /// The report of every circuit and node; `tins` fills each circuit's tins. Rates are
+    /// over the time since the previous report that `advance` moved the sampler on.
+    fn report(&self, tins_of: Option<u32>, advance: bool) -> CircuitsReport {
+        let figures = Direction::BOTH.map(|d| self.read(d, tins_of));
+        let now = now_ns();
+        let state = self.state();
+        let mut sampler = self.sampler.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rows = Vec::new();
+        for (slot, e) in state.roster.circuits() {
+            let mut dir_row = |d: Direction| {
+                let i = d.index();
+                let plan_bps = e.plan(d).rate.bits_per_sec();
+                let prev = sampler.last.get(&(i, slot)).filter(|p| p.id == e.id);
+                let Some(st) = figures[i].0.get(&slot) else {
+                    return CircuitDirRow {
+                        plan_bps,
+                        ..prev.map(|p| p.row.clone()).unwrap_or_default()
+                    };
+                };
+                let sent = st.counters.sent_bytes;
+                let tx_bps = match prev {
+                    Some(p) if now > p.at_ns => {
+                        sent.saturating_sub(p.row.sent_bytes) as f64 * 8.0
+                            / ((now - p.at_ns) as f64 / 1e9)
+                    }
+                    _ => 0.0,
+                };
+                let row = CircuitDirRow {
+                    plan_bps,
+                    tx_bps,
+                    sent_packets: st.counters.sent_packets,
+                    sent_bytes: sent,
+                    dropped_packets: st.counters.drops.iter().sum(),
+                    backlog_packets: st.backlog_packets,
+                    backlog_bytes: st.backlog_bytes,
+                    sojourn_peak_ns: st.sojourn_peak_ns,
+                    active: st.active,
+                    tins: st.tins.clone(),
+                };
+                if advance {
+                    sampler.last.insert(
+                        (i, slot),
+                        Seen {
+                            id: e.id.clone(),
+                            at_ns: now,
+                            row: CircuitDirRow {
+                                tins: Vec::new(),
+                                ..row.clone()
+                            },
+                        },
+                    );
+                }
+                row
+            };
+            let download = dir_row(Direction::Download);
+            let upload = dir_row(Direction::Upload);
+            rows.push(CircuitRow {
+                id: e.id.clone(),
+                name: e.name.clone(),
+                slot,
+                parent: e.parent.clone(),
+                download,
+                upload,
+            });
+        }
+        let nodes = node_rows(&state.roster, &rows);
+        CircuitsReport {
+            circuits: rows.len(),
+            active: [figures[0].1, figures[1].1],
+            memory_bytes: [figures[0].2, figures[1].2],
+            unmatched: state.settings.unmatched.show(),
+            rows,
+            nodes,
+        }
+    }
+
+    /// The circuits part of an interval report, with the circuits `metrics` selects.
+    pub(super) fn interval_report(&self, metrics: CircuitMetrics) -> CircuitsReport {
+        let mut r = self.report(None, true);
+        match metrics {
+            CircuitMetrics::Off => {
+                r.rows.clear();
+                r.nodes.clear();
+            }
+            CircuitMetrics::Top(n) => crate::stats::circuits::top(&mut r.rows, SortBy::Rate, n),
+            CircuitMetrics::All => {}
+        }
+        r
+    }
+}
+
+/// Each node's sums over the circuits under it (its whole subtree).
+fn node_rows(roster: &Roster, rows: &[CircuitRow]) -> Vec<NodeRow> {
+    let mut out: Vec<NodeRow> = roster
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut depth = 0;
+            let mut up = n.parent;
+            while let Some(p) = up {
+                depth += 1;
+                up = roster.nodes.get(p).and_then(|p| p.parent);
+                if depth > roster.nodes.len() {
+                    break;
+                }
+            }
+            NodeRow {
+                name: n.name.clone(),
+                depth,
+                is_virtual: n.is_virtual,
+                circuits: 0,
+                download: NodeDirRow {
+                    cap_bps: n.caps[0].unwrap_or(0),
+                    ..NodeDirRow::default()
+                },
+                upload: NodeDirRow {
+                    cap_bps: n.caps[1].unwrap_or(0),
+                    ..NodeDirRow::default()
+                },
+            }
+        })
+        .collect();
+    let by_id: HashMap<&str, &CircuitRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    for (_, e) in roster.circuits() {
+        let Some(row) = by_id.get(e.id.as_str()) else {
+            continue;
+        };
+        for &n in &e.ancestors {
+            let node = &mut out[n];
+            node.circuits += 1;
+            for (nd, cd) in [
+                (&mut node.download, &row.download),
+                (&mut node.upload, &row.upload),
+            ] {
+                nd.plans_bps += cd.plan_bps;
+                nd.tx_bps += cd.tx_bps;
+                nd.sent_bytes += cd.sent_bytes;
+                nd.dropped_packets += cd.dropped_packets;
+                nd.backlog_bytes += cd.backlog_bytes;
+            }
+        }
+    }
+    // Tree order: each node followed by its subtree.
+    let mut ordered = Vec::with_capacity(out.len());
+    fn walk(i: usize, roster: &Roster, out: &[NodeRow], ordered: &mut Vec<NodeRow>) {
+        ordered.push(out[i].clone());
+        for (c, n) in roster.nodes.iter().enumerate() {
+            if n.parent == Some(i) {
+                walk(c, roster, out, ordered);
+            }
+        }
+    }
+    for (i, n) in roster.nodes.iter().enumerate() {
+        if n.parent.is_none() {
+            walk(i, roster, &out, &mut ordered);
+        }
+    }
+    ordered
+}
+
+impl<P: PortBuf> CircuitControl for Runtime<P> {
+    fn reload(&self, config: Option<&Config>) -> Result<String, String> {
+        let mut next = self.draft();
+        if let Some(c) = config {
+            match &c.circuits {
+                Some(s) => next.settings = s.clone(),
+                None => {
+                    return Err("the new configuration has no [circuits] files; circuits stay as they are (turning them off needs a restart)".into())
+                }
+            }
+            next.cakes = Direction::BOTH.map(|d| c.cake_for(d));
+        }
+        let (set, warnings) = crate::circuit::load(&next.settings).map_err(|e| e.to_string())?;
+        for w in &warnings {
+            crate::log_line!("circuits: {w}");
+        }
+        next.set = set;
+        // The files are the truth again: one-off changes end here.
+        next.overrides.clear();
+        let old: HashMap<String, [Rate; 2]> = self
+            .state()
+            .roster
+            .circuits()
+            .map(|(_, e)| (e.id.clone(), [e.plans[0].rate, e.plans[1].rate]))
+            .collect();
+        self.apply(next)?;
+        let state = self.state();
+        let (mut added, mut changed) = (0, 0);
+        for (_, e) in state.roster.circuits() {
+            match old.get(&e.id) {
+                None => added += 1,
+                Some(r) if *r != [e.plans[0].rate, e.plans[1].rate] => changed += 1,
+                Some(_) => {}
+            }
+        }
+        let kept: usize = state
+            .roster
+            .circuits()
+            .filter(|(_, e)| old.contains_key(&e.id))
+            .count();
+        Ok(format!(
+            "circuits reloaded: {} in force ({added} added, {} removed, {changed} with a new plan)",
+            state.roster.len(),
+            old.len() - kept
+        ))
+    }
+
+    fn set_rate(&self, id: &str, dir: Direction, rate: Rate) -> Result<String, String> {
+        if rate.is_unlimited() {
+            return Err("a circuit's plan is a rate; give one such as 200mbit".into());
+        }
+        let mut next = self.draft();
+        if next.set.circuit_by_id(id).is_none() {
+            return Err(format!(
+                "no circuit '{id}'; `cakewalk ctl circuits` lists them"
+            ));
+        }
+        next.overrides.insert((id.to_string(), dir), rate);
+        self.apply(next)?;
+        Ok(format!(
+            "ok circuit {id} {} {} (until the circuit files are read again)",
+            dir.name(),
+            format_rate(rate)
+        ))
+    }
+
+    fn direction_options(&self, dir: Direction, cake: &CakeConfig) -> Result<(), String> {
+        let mut next = self.draft();
+        next.cakes[dir.index()] = cake.clone();
+        self.apply(next)
+    }
+
+    fn list(&self, top: usize, by: SortBy, json: bool) -> String {
+        let mut r = self.report(None, false);
+        crate::stats::circuits::top(&mut r.rows, by, top);
+        if json {
+            format!("{}\n", serde_json::to_string(&r).unwrap_or_default())
+        } else {
+            r.text(by)
+        }
+    }
+
+    fn show(&self, id: &str, json: bool) -> Result<String, String> {
+        let slot = self.state().roster.slot_of(id);
+        let r = self.report(slot, false);
+        let row = r
+            .rows
+            .into_iter()
+            .find(|c| c.id == id)
+            .ok_or_else(|| format!("no circuit '{id}'; `cakewalk ctl circuits` lists them"))?;
+        Ok(if json {
+            format!("{}\n", serde_json::to_string(&row).unwrap_or_default())
+        } else {
+            row.text()
+        })
+    }
+
+    fn has(&self, dir: Direction) -> bool {
+        self.queues[dir.index()].is_some()
+    }
+}

@@ -2,7 +2,9 @@
 //!
 //! Rows: FIFO, and CAKE in besteffort and diffserv3 with flows and triple-isolate (the
 //! `cake_diffserv3_flows` rows are the goal configuration without host fairness), at 1, 64,
-//! 1024 and 10 000 active flows, unlimited and shaped.
+//! 1024 and 10 000 active flows, unlimited and shaped. The `cake_subscriber_` rows run the
+//! goal configuration in a subscriber's instance (`SubscriberCake`, 64 flows per tin) at 1
+//! and 64 flows.
 //!
 //! Each iteration enqueues one packet (flows in round robin) and dequeues one, after a
 //! start with one packet queued per active flow. Packets are 1000 bytes; one row repeats
@@ -22,7 +24,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use qdisc::cake::{Cake, CakeConfig, DiffservMode, FlowMode};
+use qdisc::cake::{Cake, CakeConfig, DiffservMode, FlowMode, SubscriberCake};
 use qdisc::fifo::Fifo;
 use qdisc::testing::{udp_meta, DrrFloor, LenPacket};
 use qdisc::{Dequeue, PacketMeta, Qdisc, Rate};
@@ -202,6 +204,18 @@ fn benches(c: &mut Criterion) {
             ] {
                 let q = cake(diffserv, flow_mode, shaped);
                 run(c, name, flows, shaped, q, metas);
+            }
+        }
+        if flows <= 64 {
+            // A subscriber's instance (64 flows per tin) in the goal configuration.
+            for shaped in [false, true] {
+                let q: SubscriberCake<LenPacket> = Cake::new(&cake_config(
+                    DiffservMode::Diffserv3,
+                    FlowMode::TripleIsolate,
+                    shaped,
+                ))
+                .expect("the bench configurations are valid");
+                run(c, "cake_subscriber_diffserv3_triple", flows, shaped, q, &ds);
             }
         }
         if flows == 1024 {

@@ -89,8 +89,9 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         let (adj, netlen) = self.overhead.adjust_gso(len, l2, meta.gso_segs);
         self.stats.track_lengths(netlen, adj, l2);
 
-        let Some(s) = self.alloc_slot() else {
-            // Unreachable while qlen <= packet_limit < slots; never panic on it.
+        let Some(s) = self.alloc_slot().or_else(|| self.grow_slab()) else {
+            // Unreachable: a full-size slab has packet_limit + 1 slots, and qlen <=
+            // packet_limit before this packet. Never panic on it.
             self.stats.count_drop(DropReason::Overflow, u64::from(len));
             self.stats.tins[t].dropped_packets += 1;
             return Enqueued {

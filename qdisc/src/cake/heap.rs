@@ -20,6 +20,14 @@ impl OverflowHeap {
         }
     }
 
+    /// Puts every flow back in identity order, as [`OverflowHeap::new`] leaves them.
+    pub(super) fn reset(&mut self) {
+        for (i, (h, p)) in self.heap.iter_mut().zip(self.pos.iter_mut()).enumerate() {
+            *h = i as u16;
+            *p = i as u16;
+        }
+    }
+
     /// The flow with the largest backlog (valid only after a rebuild and upkeep).
     #[inline]
     pub(super) fn root(&self) -> usize {

@@ -23,11 +23,17 @@
 //!   again at that time (or use [`Qdisc::next_wakeup`]).
 //!
 //! # Costs
-//! Enqueue is O(1) apart from the ACK filter (a walk of the flow's queue) and, only after
-//! an overflow, O(log 8192) heap upkeep; an overflow drop after 65535 quiet dequeues
-//! rebuilds the heap in O(8192). Dequeue is O(tins + flows visited), normally O(1).
-//! `set_rate` is O(tins). Nothing allocates after [`Cake::new`], except `reconfigure`
-//! growing the packet slab or turning the ACK filter on.
+//! With `F = 8 × FLOWS` flows in all (8192 for the link instance, 512 for a subscriber's),
+//! enqueue is O(1) apart from the ACK filter (a walk of the flow's queue) and, only after
+//! an overflow, O(log F) heap upkeep; an overflow drop after 65535 quiet dequeues rebuilds
+//! the heap in O(F). Dequeue is O(tins + flows visited), normally O(1). `set_rate` is
+//! O(tins); [`Cake::reset`] is O(F + slab slots) and allocates nothing. Nothing allocates
+//! after [`Cake::new`], except `reconfigure` growing the packet slab, turning the ACK filter
+//! on or bringing a tin into use (its delay histogram), and, in a compact instance
+//! (`FLOWS` below [`FLOWS_PER_TIN`], a subscriber's), an enqueue that finds every slab slot
+//! taken: the slab (and the ACK filter's entries) then doubles, up to `packet_limit + 1`
+//! slots, so at most log2 of the packet limit times in the instance's life (6 times from 64
+//! slots to the default 10241 limit). [`Cake::memory_bytes`] says what an instance holds.
 //!
 //! # Choices where Linux has quirks (each is tested)
 //! * **`rec_inv_sqrt` of a fresh flow is 0**, as in the kernel, so the first dropping episode
@@ -117,6 +123,9 @@ pub const FLOWS_PER_TIN: usize = 1024;
 pub const SUBSCRIBER_FLOWS_PER_TIN: usize = 64;
 /// Ways per set of the set-associative flow and host tables.
 pub const SET_WAYS: usize = 8;
+/// Packet slots a compact instance (fewer than [`FLOWS_PER_TIN`] flows per tin) starts
+/// with; its slab doubles from there when full, up to `packet_limit + 1`.
+const COMPACT_FIRST_SLOTS: usize = 64;
 /// Dequeues after an overflow during which the heap is kept up to date.
 const OVERFLOW_TIMEOUT: u32 = 65535;
 /// Autorate waits this long after a reconfigure before changing the rate again.
@@ -404,6 +413,15 @@ pub type SubscriberCake<P> = Cake<P, SUBSCRIBER_FLOWS_PER_TIN>;
 impl<P, const FLOWS: usize> Cake<P, FLOWS> {
     /// Every flow of every tin: the length of each flow table.
     const ALL_FLOWS: usize = MAX_TINS * FLOWS;
+
+    /// A compact instance (a subscriber's) is one of many on a box, most of them idle or
+    /// lightly loaded: its packet slab starts at [`COMPACT_FIRST_SLOTS`] and doubles when
+    /// full, and its delay histograms keep one significant digit. The link-wide instance
+    /// preallocates its whole slab and keeps two digits.
+    const COMPACT: bool = FLOWS < FLOWS_PER_TIN;
+
+    /// Significant decimal digits of the per-tin delay histograms.
+    const HISTOGRAM_SIGFIG: u8 = if Self::COMPACT { 1 } else { 2 };
 
     /// Rejects, at compile time, a `FLOWS` the tables cannot take: whole sets of
     /// [`SET_WAYS`], a power of two for the masks, host bulk counts within

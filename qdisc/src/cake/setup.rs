@@ -7,10 +7,11 @@ use super::ack_filter::AckEntry;
 use super::diffserv::{self, diffserv_table, tin_count, tin_order, MAX_TINS};
 use super::heap::OverflowHeap;
 use super::shaper::{Clock, Overhead, RateNs};
+use super::stats::{delay_histogram, is_unused_histogram};
 use super::table::FlowTable;
 use super::{
     AckFilterMode, Autorate, Cake, CakeConfig, CakeStats, ConfigError, Flow, FlowSet, Host, Link,
-    ListId, Slot, TinTurn, NIL,
+    ListId, Slot, TinTurn, COMPACT_FIRST_SLOTS, NIL,
 };
 use crate::{DropReason, Packet, Rate};
 
@@ -114,10 +115,36 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         self.ingress = c.ingress;
         self.ack_mode = c.ack_filter;
         self.stats.tin_count = self.tin_cnt;
-        let want = c.packet_limit as usize + 1;
-        self.slots
-            .reserve_exact(want.saturating_sub(self.slots.len()));
-        while self.slots.len() < want {
+        let rate = c.rate.bytes_per_sec();
+        let slab = c.packet_limit as usize + 1;
+        let slab = if Self::COMPACT {
+            slab.min(self.slots.len().max(COMPACT_FIRST_SLOTS))
+        } else {
+            slab
+        };
+        if self.ack_mode == AckFilterMode::Off {
+            self.ack = Vec::new();
+        }
+        self.grow_slab_to(slab);
+        for t in 0..self.tin_cnt {
+            let h = &mut self.stats.tins[t].delay_histogram;
+            if is_unused_histogram(h) {
+                *h = delay_histogram(Self::HISTOGRAM_SIGFIG);
+            }
+        }
+        if self.cur_tin >= self.tin_cnt {
+            self.cur_tin = 0;
+        }
+        self.autorate.avg_peak_bandwidth = rate;
+        self.stats.capacity_estimate = rate;
+        self.configure_rates(rate, false);
+    }
+
+    /// Grows the packet slab (and the ACK filter's entries, when it is on) to `n` slots,
+    /// each new slot on the free list; never shrinks it.
+    fn grow_slab_to(&mut self, n: usize) {
+        self.slots.reserve_exact(n.saturating_sub(self.slots.len()));
+        while self.slots.len() < n {
             let i = self.slots.len() as u32;
             self.slots.push(Slot {
                 pkt: None,
@@ -129,18 +156,115 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             });
             self.free_head = i;
         }
-        if c.ack_filter != AckFilterMode::Off {
+        if self.ack_mode != AckFilterMode::Off && self.ack.len() < self.slots.len() {
+            self.ack
+                .reserve_exact(self.slots.len().saturating_sub(self.ack.len()));
             self.ack.resize(self.slots.len(), AckEntry::default());
-        } else {
-            self.ack = Vec::new();
         }
-        if self.cur_tin >= self.tin_cnt {
-            self.cur_tin = 0;
+    }
+
+    /// A free slot after doubling the slab of a compact instance, when every slot is taken
+    /// and the slab is below `packet_limit + 1` slots (so at most log2 of the limit times
+    /// in an instance's life, never for most packets); `None` when the slab is full size.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn grow_slab(&mut self) -> Option<u32> {
+        let full = self.config.packet_limit as usize + 1;
+        if self.slots.len() >= full {
+            return None;
         }
-        let rate = c.rate.bytes_per_sec();
-        self.autorate.avg_peak_bandwidth = rate;
-        self.stats.capacity_estimate = rate;
-        self.configure_rates(rate, false);
+        self.grow_slab_to((2 * self.slots.len()).clamp(1, full));
+        self.alloc_slot()
+    }
+
+    /// Returns this instance to the state [`Cake::new`] left it in with its configuration
+    /// in force: no packet queued (those queued are dropped without being counted),
+    /// statistics zeroed, shaper clocks unset, the random state reseeded, the ACK filter
+    /// and autorate forgotten. Nothing is freed or allocated: the tables are overwritten,
+    /// and the packet slab keeps the slots it grew to. For recycling idle instances from a
+    /// pool; a reset instance behaves exactly as a new one.
+    pub fn reset(&mut self) {
+        // The pattern names every field, so that a new one cannot be forgotten here.
+        let Cake {
+            config,
+            tin_cnt: _,
+            tin_index: _,
+            tin_order: _,
+            tin_names: _,
+            dsrc: _,
+            ddst: _,
+            overhead: _,
+            ingress: _,
+            ack_mode: _,
+            rate_bps,
+            rate,
+            time_next,
+            failsafe_next,
+            buffer_used,
+            buffer_limit,
+            qlen,
+            backlog,
+            tins,
+            turns,
+            flows,
+            links,
+            tags,
+            hosts,
+            src_bulk,
+            dst_bulk,
+            heap,
+            overflow_timeout,
+            slots,
+            free_head,
+            ack,
+            cur_tin,
+            cur_flow,
+            rng,
+            last_now,
+            autorate,
+            stats,
+        } = self;
+        // The fields after `apply_config` below recomputes (marked `_` above) are set from
+        // the configuration alone.
+        *rate_bps = 0;
+        *rate = RateNs::default();
+        *time_next = Clock::default();
+        *failsafe_next = 0;
+        *buffer_used = 0;
+        *buffer_limit = 0;
+        *qlen = 0;
+        *backlog = 0;
+        *tins = Default::default();
+        *turns = Default::default();
+        flows.fill(Flow::default());
+        links.fill(Link::default());
+        tags.fill(0);
+        hosts.fill(Host::default());
+        src_bulk.fill(0);
+        dst_bulk.fill(0);
+        heap.reset();
+        *overflow_timeout = 0;
+        // The free list in the order `grow_slab_to` builds it: the highest slot first.
+        *free_head = NIL;
+        for (i, slot) in slots.iter_mut().enumerate() {
+            *slot = Slot {
+                pkt: None,
+                next: *free_head,
+                len: 0,
+                adj_len: 0,
+                footprint: 0,
+                enqueue_ns: 0,
+            };
+            *free_head = i as u32;
+        }
+        ack.fill(AckEntry::default());
+        *cur_tin = 0;
+        *cur_flow = 0;
+        *rng = config.seed;
+        *last_now = 0;
+        *autorate = Autorate::default();
+        stats.clear();
+        self.apply_config();
     }
 
     pub(super) fn compute_buffer_limit(&self) -> u64 {
@@ -316,9 +440,23 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     }
 
     /// Bytes this instance allocated up front apart from the packets themselves: flow, tag,
-    /// host and heap tables, and the delay histograms. The packet slab (slot metadata plus
-    /// the packets, `packet_limit + 1` slots) is [`Cake::slab_bytes`].
+    /// host and heap tables, and the delay histograms, plus the instance itself. The packet
+    /// slab (slot metadata plus the packets) is [`Cake::slab_bytes`].
     pub fn preallocated_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.memory_bytes() - self.slab_bytes()
+    }
+
+    /// Bytes of the packet slab: slots of queue metadata and packet (`packet_limit + 1` of
+    /// them, or in a compact instance as many as it grew to).
+    pub fn slab_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot<P>>()
+    }
+
+    /// Bytes of heap memory this instance owns: the flow, link, tag, host and bulk-count
+    /// tables, the overflow heap, the packet slab, the ACK filter's entries and the delay
+    /// histograms' counts. Not the instance itself (`size_of::<Cake<P, FLOWS>>()`, where
+    /// its owner keeps it), nor what the queued packets point to.
+    pub fn memory_bytes(&self) -> usize {
         use std::mem::size_of;
         let hist: usize = self
             .stats
@@ -326,20 +464,15 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             .iter()
             .map(|t| t.delay_histogram.distinct_values() * size_of::<u64>())
             .sum();
-        size_of::<Self>()
-            + self.flows.bytes()
+        self.flows.bytes()
             + self.links.bytes()
             + self.tags.bytes()
             + self.hosts.bytes()
             + self.src_bulk.bytes()
             + self.dst_bulk.bytes()
             + self.heap.bytes()
+            + self.slab_bytes()
             + self.ack.capacity() * size_of::<AckEntry>()
             + hist
-    }
-
-    /// Bytes of the packet slab: `packet_limit + 1` slots of queue metadata and packet.
-    pub fn slab_bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Slot<P>>()
     }
 }

@@ -95,11 +95,85 @@ impl TinStats {
             unresponsive_flows: 0,
             max_skblen: 0,
             flow_quantum: 0,
-            delay_histogram: Histogram::new_with_bounds(1, DELAY_HISTOGRAM_MAX_US, 2)
-                .expect("static histogram bounds are valid"),
+            delay_histogram: unused_histogram(),
         }
     }
 
+    /// Zeroes every counter and empties the histogram, keeping its allocation (the
+    /// pattern names every field, so a new one cannot be forgotten here).
+    pub(crate) fn clear(&mut self) {
+        let TinStats {
+            threshold_rate,
+            sent_packets,
+            sent_bytes,
+            backlog_bytes,
+            target_us,
+            interval_us,
+            dropped_packets,
+            ecn_marked_packets,
+            acks_dropped_packets,
+            peak_delay_ns,
+            avg_delay_ns,
+            base_delay_ns,
+            way_indirect_hits,
+            way_misses,
+            way_collisions,
+            way_directs,
+            sparse_flows,
+            bulk_flows,
+            decaying_flows,
+            unresponsive_flows,
+            max_skblen,
+            flow_quantum,
+            delay_histogram,
+        } = self;
+        *threshold_rate = 0;
+        *sent_packets = 0;
+        *sent_bytes = 0;
+        *backlog_bytes = 0;
+        *target_us = 0;
+        *interval_us = 0;
+        *dropped_packets = 0;
+        *ecn_marked_packets = 0;
+        *acks_dropped_packets = 0;
+        *peak_delay_ns = 0;
+        *avg_delay_ns = 0;
+        *base_delay_ns = 0;
+        *way_indirect_hits = 0;
+        *way_misses = 0;
+        *way_collisions = 0;
+        *way_directs = 0;
+        *sparse_flows = 0;
+        *bulk_flows = 0;
+        *decaying_flows = 0;
+        *unresponsive_flows = 0;
+        *max_skblen = 0;
+        *flow_quantum = 0;
+        delay_histogram.reset();
+    }
+}
+
+/// The delay histogram of a tin in use: 1 µs to [`DELAY_HISTOGRAM_MAX_US`] with
+/// `sigfig` significant decimal digits (2 for the link instance: 20 KiB of counts; 1 for a
+/// subscriber's: 2.9 KiB, values within 1/16).
+pub(crate) fn delay_histogram(sigfig: u8) -> Histogram<u64> {
+    Histogram::new_with_bounds(1, DELAY_HISTOGRAM_MAX_US, sigfig)
+        .expect("static histogram bounds are valid")
+}
+
+/// The histogram of a tin the diffserv mode does not use: nothing is recorded into it
+/// (its tin delivers nothing), so it holds the fewest counts hdrhistogram allows (a few
+/// bytes) instead of a used tin's kilobytes.
+pub(crate) fn unused_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 2, 0).expect("static histogram bounds are valid")
+}
+
+/// Whether `h` is an [`unused_histogram`], to be replaced when its tin comes into use.
+pub(crate) fn is_unused_histogram(h: &Histogram<u64>) -> bool {
+    h.high() < DELAY_HISTOGRAM_MAX_US
+}
+
+impl TinStats {
     /// `TCA_CAKE_TIN_STATS_PEAK_DELAY_US`.
     pub fn peak_delay_us(&self) -> u64 {
         self.peak_delay_ns / 1000
@@ -192,6 +266,56 @@ impl CakeStats {
         }
     }
 
+    /// Zeroes every counter and empties the histograms, keeping their allocations, as
+    /// [`CakeStats::new`] leaves them (the pattern names every field).
+    pub(crate) fn clear(&mut self) {
+        let CakeStats {
+            capacity_estimate,
+            memory_limit,
+            memory_used,
+            memory_current,
+            avg_netoff,
+            min_netlen,
+            max_netlen,
+            min_adjlen,
+            max_adjlen,
+            overlimits,
+            catch_up_clamps,
+            clock_clamps,
+            bypassed_packets,
+            purged_packets,
+            drops,
+            drop_bytes,
+            tins,
+            tin_count,
+            avg_netoff_fp,
+        } = self;
+        for n in [
+            capacity_estimate,
+            memory_limit,
+            memory_used,
+            memory_current,
+            overlimits,
+            catch_up_clamps,
+            clock_clamps,
+            bypassed_packets,
+            purged_packets,
+        ] {
+            *n = 0;
+        }
+        for n in [avg_netoff, max_netlen, max_adjlen, avg_netoff_fp] {
+            *n = 0;
+        }
+        *min_netlen = u32::MAX;
+        *min_adjlen = u32::MAX;
+        drops.fill(0);
+        drop_bytes.fill(0);
+        for t in tins {
+            t.clear();
+        }
+        *tin_count = 1;
+    }
+
     /// The tins the current mode uses, indexed by tin.
     pub fn active_tins(&self) -> &[TinStats] {
         &self.tins[..self.tin_count]
@@ -281,6 +405,26 @@ mod tests {
             s.track_lengths(1500, 1538, 14);
         }
         assert_eq!((s.avg_netoff, s.min_netlen, s.max_adjlen), (14, 1500, 1538));
+    }
+
+    #[test]
+    fn clear_leaves_the_statistics_as_new_with_the_histograms_kept() {
+        let fresh = || {
+            let mut s = CakeStats::new();
+            s.tins[1].delay_histogram = delay_histogram(1);
+            s
+        };
+        let mut s = fresh();
+        s.count_drop(DropReason::Aqm, 100);
+        s.track_lengths(1500, 1538, 14);
+        s.memory_used = 7;
+        s.tin_count = 3;
+        s.tins[1].sent_packets = 9;
+        s.tins[1].way_collisions = 2;
+        s.tins[1].delay_histogram.saturating_record(1234);
+        s.clear();
+        assert_eq!(format!("{s:?}"), format!("{:?}", fresh()));
+        assert_eq!(s.tins[1].delay_histogram.distinct_values(), 368);
     }
 
     #[test]

@@ -1158,3 +1158,177 @@ fn subscriber_collision_rates() {
     let half = |n| (set_overflow_probability(n, sets / 2) * 100.0).round();
     assert_eq!((half(16), half(20)), (3.0, 16.0));
 }
+
+#[test]
+fn a_subscriber_instance_fits_in_64_kib_fresh_and_while_active() {
+    use crate::testing::LenPacket;
+    use std::mem::size_of;
+    // A packet handle of 8 bytes with a niche, as DPDK's `Mbuf` is: 32-byte slots.
+    assert_eq!(size_of::<Slot<LenPacket>>(), 32);
+    let mut c: SubscriberCake<LenPacket> = Cake::new(&CakeConfig::default()).unwrap();
+    // Tables: 8 tins × 64 flows × (flow 64 + link 4 + tag 4 + host 8 + bulk counts 2 × 2
+    // + heap 2 × 2) bytes; the slab's first 64 slots; diffserv3's 3 histograms of 1 digit
+    // (368 counts of 8 bytes) and 5 unused ones of 3 counts.
+    let tables = 8 * 64 * (64 + 4 + 4 + 8 + 4 + 4);
+    let hist = 3 * 368 * 8 + 5 * 3 * 8;
+    let inline = size_of::<SubscriberCake<LenPacket>>();
+    assert_eq!(c.slab_bytes(), 64 * 32);
+    assert_eq!(c.memory_bytes(), tables + 64 * 32 + hist);
+    assert!(
+        inline + c.memory_bytes() <= 60 << 10,
+        "{inline} + {}",
+        c.memory_bytes()
+    );
+    // Active: 20 flows over all three tins with 100 packets queued grow the slab to 128
+    // slots; up to 128 queued packets the instance stays within 64 KiB.
+    for seq in 0..100u32 {
+        let f = seq % 20;
+        c.enqueue(
+            0,
+            LenPacket(1000),
+            &udp_meta(1, 2, f, [0, 8, 46][f as usize % 3]),
+        );
+    }
+    assert_eq!(c.len(), 100);
+    assert_eq!(c.memory_bytes(), tables + 128 * 32 + hist);
+    assert!(
+        inline + c.memory_bytes() <= 64 << 10,
+        "{inline} + {}",
+        c.memory_bytes()
+    );
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn a_subscriber_slab_doubles_up_to_the_packet_limit_and_no_further() {
+    let slot = std::mem::size_of::<Slot<TestPacket>>();
+    let mut c = subscriber(CakeConfig {
+        packet_limit: 300,
+        ..CakeConfig::default()
+    });
+    let mut sizes = vec![c.slab_bytes() / slot];
+    for seq in 0..1000u64 {
+        c.enqueue(
+            0,
+            pkt(100, (seq % 7) as u32, seq),
+            &udp_meta(1, 2, (seq % 7) as u32, 0),
+        );
+        if sizes.last() != Some(&(c.slab_bytes() / slot)) {
+            sizes.push(c.slab_bytes() / slot);
+        }
+    }
+    assert_eq!(sizes, [64, 128, 256, 301]);
+    assert_eq!(c.len(), 300);
+    assert_eq!(c.stats().dropped(DropReason::Overflow), 700);
+    c.check_invariants().unwrap();
+    // The link instance preallocates its slab.
+    let link = cake(CakeConfig {
+        packet_limit: 300,
+        ..CakeConfig::default()
+    });
+    assert_eq!(link.slab_bytes(), 301 * slot);
+}
+
+#[test]
+fn the_ack_filter_grows_with_a_subscriber_slab() {
+    let mut c = subscriber(CakeConfig {
+        ack_filter: AckFilterMode::Aggressive,
+        ..CakeConfig::default()
+    });
+    for seq in 0..200u64 {
+        let mut p = pkt(1000, (seq % 4) as u32, seq);
+        p.ack = Some(TcpAckInfo {
+            flags: 0x10,
+            ack_seq: seq as u32 * 1000,
+            ..TcpAckInfo::default()
+        });
+        c.enqueue(0, p, &udp_meta(1, 2, (seq % 4) as u32, 0));
+        c.check_invariants().unwrap();
+    }
+    // Only the newest ACK of each of the 4 flows stays; the slab never had to grow.
+    assert_eq!(c.len(), 4);
+    assert_eq!(c.ack.len(), c.slots.len());
+}
+
+/// Everything `c` answers to a fixed, varied sequence (several flows, hosts and tins, pure
+/// ACKs, a shaped rate with overflow and AQM drops, then a drain), as text to compare.
+fn transcript<const FLOWS: usize>(c: &mut Cake<TestPacket, FLOWS>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut now = 1_000_000u64;
+    for seq in 0..3000u64 {
+        let f = (seq * 7 % 23) as u32;
+        let mut p = pkt(64 + (seq as usize * 37) % 1400, f, seq);
+        p.ect = seq % 3 == 0;
+        if f % 5 == 0 {
+            p.ack = Some(TcpAckInfo {
+                flags: 0x10,
+                ack_seq: seq as u32 * 100,
+                ..TcpAckInfo::default()
+            });
+        }
+        let m = udp_meta(f % 4, f % 3, f, [0, 8, 46, 10][f as usize % 4]);
+        out.push(format!("{:?}", c.enqueue(now, p, &m)));
+        now += 3_000;
+        if seq % 3 == 0 {
+            out.push(format!("{:?}", c.dequeue(now)));
+        }
+    }
+    loop {
+        match c.dequeue(now) {
+            Dequeue::Empty => break,
+            Dequeue::NotBefore(t) => now = t,
+            d => out.push(format!("{d:?}")),
+        }
+    }
+    out.push(format!("{:?}", c.stats()));
+    c.check_invariants().unwrap();
+    out
+}
+
+fn reset_behaves_as_new<const FLOWS: usize>() {
+    let config = CakeConfig {
+        rate: Rate::from_bits_per_sec(20_000_000),
+        ack_filter: AckFilterMode::Filter,
+        packet_limit: 500,
+        ..CakeConfig::default()
+    };
+    let mut fresh: Cake<TestPacket, FLOWS> = Cake::new(&config).unwrap();
+    let want = transcript(&mut fresh);
+    let mut used: Cake<TestPacket, FLOWS> = Cake::new(&config).unwrap();
+    transcript(&mut used);
+    // Used and left with packets queued, a clock advanced and statistics counted.
+    for seq in 0..100 {
+        used.enqueue(
+            5_000_000_000,
+            pkt(1000, seq % 9, u64::from(seq)),
+            &udp_meta(1, 2, seq % 9, 0),
+        );
+    }
+    let (bytes, slab) = (used.memory_bytes(), used.slots.as_ptr());
+    used.reset();
+    assert_eq!(used.len(), 0);
+    assert_eq!(
+        (used.memory_bytes(), used.slots.as_ptr()),
+        (bytes, slab),
+        "reallocated"
+    );
+    used.check_invariants().unwrap();
+    assert_eq!(
+        format!("{:?}", used.stats()),
+        format!(
+            "{:?}",
+            Cake::<TestPacket, FLOWS>::new(&config).unwrap().stats()
+        )
+    );
+    let got = transcript(&mut used);
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "step {i}");
+    }
+}
+
+#[test]
+fn a_reset_instance_behaves_exactly_as_a_new_one() {
+    reset_behaves_as_new::<SUBSCRIBER_FLOWS_PER_TIN>();
+    reset_behaves_as_new::<FLOWS_PER_TIN>();
+}

@@ -16,50 +16,37 @@ pub(super) fn is_vdev(name: &str) -> bool {
     name.starts_with("net_") || name.starts_with("eth_")
 }
 
+/// The hugepage pools in `dir` (its `hugepages-<size>kB` folders), each as (`place`, page
+/// size in KiB, pages reserved, pages free).
+fn pools_in(dir: &Path, place: &str) -> Vec<(String, u64, u64, u64)> {
+    list_dir(dir)
+        .iter()
+        .filter_map(|size| {
+            let kib = size
+                .strip_prefix("hugepages-")
+                .and_then(|s| s.strip_suffix("kB"))
+                .and_then(|s| s.parse().ok())?;
+            let p = dir.join(size);
+            Some((
+                place.to_string(),
+                kib,
+                read_u64(&p.join("nr_hugepages")),
+                read_u64(&p.join("free_hugepages")),
+            ))
+        })
+        .collect()
+}
+
 pub(super) fn check_hugepages(root: &Path, min_mib: u64, r: &mut Report) {
     // Per-node pools when the kernel has nodes, else the global ones.
-    let mut pools: Vec<(String, u64, u64, u64)> = Vec::new(); // (where, kib, reserved, free)
-    for node in list_dir(&root.join("sys/devices/system/node"))
+    let nodes = root.join("sys/devices/system/node");
+    let mut pools: Vec<(String, u64, u64, u64)> = list_dir(&nodes)
         .iter()
         .filter(|n| n.starts_with("node"))
-    {
-        let dir = root
-            .join("sys/devices/system/node")
-            .join(node)
-            .join("hugepages");
-        for size in list_dir(&dir) {
-            if let Some(kib) = size
-                .strip_prefix("hugepages-")
-                .and_then(|s| s.strip_suffix("kB"))
-                .and_then(|s| s.parse().ok())
-            {
-                let p = dir.join(&size);
-                pools.push((
-                    node.clone(),
-                    kib,
-                    read_u64(&p.join("nr_hugepages")),
-                    read_u64(&p.join("free_hugepages")),
-                ));
-            }
-        }
-    }
+        .flat_map(|node| pools_in(&nodes.join(node).join("hugepages"), node))
+        .collect();
     if pools.is_empty() {
-        let dir = root.join("sys/kernel/mm/hugepages");
-        for size in list_dir(&dir) {
-            if let Some(kib) = size
-                .strip_prefix("hugepages-")
-                .and_then(|s| s.strip_suffix("kB"))
-                .and_then(|s| s.parse().ok())
-            {
-                let p = dir.join(&size);
-                pools.push((
-                    "all".into(),
-                    kib,
-                    read_u64(&p.join("nr_hugepages")),
-                    read_u64(&p.join("free_hugepages")),
-                ));
-            }
-        }
+        pools = pools_in(&root.join("sys/kernel/mm/hugepages"), "all");
     }
     let reserve = "hugepage-setup reserve --pages 512 (as root; 2 MiB pages)";
     if pools.is_empty() {

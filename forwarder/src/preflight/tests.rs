@@ -403,3 +403,43 @@ fn cpu_lists_and_interrupt_tables_parse() {
     assert_eq!(p[0].1, vec![10, 0]);
     assert_eq!(p[0].2, "timer");
 }
+
+#[test]
+fn hugepages_are_read_per_node_else_from_the_global_pools() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = |path: &str, reserved: u64, free: u64| {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("nr_hugepages"), format!("{reserved}\n")).unwrap();
+        std::fs::write(p.join("free_hugepages"), format!("{free}\n")).unwrap();
+    };
+    pool("sys/kernel/mm/hugepages/hugepages-2048kB", 512, 500);
+    let detail = |r: &Report| r.get("hugepages").unwrap().detail.clone();
+    let mut r = Report::default();
+    dpdk::check_hugepages(dir.path(), 512, &mut r);
+    assert!(detail(&r).contains("all: 512 x 2M (500 free)"), "{r}");
+    // With nodes, their pools count and the global view (their sum) does not.
+    pool(
+        "sys/devices/system/node/node0/hugepages/hugepages-2048kB",
+        256,
+        256,
+    );
+    pool(
+        "sys/devices/system/node/node1/hugepages/hugepages-2048kB",
+        256,
+        244,
+    );
+    pool(
+        "sys/devices/system/node/node1/hugepages/hugepages-1048576kB",
+        0,
+        0,
+    );
+    let mut r = Report::default();
+    dpdk::check_hugepages(dir.path(), 512, &mut r);
+    let d = detail(&r);
+    assert!(d.starts_with("1024 MiB reserved, 1000 MiB free"), "{d}");
+    assert!(
+        d.contains("node0: 256 x 2M (256 free), node1: 256 x 2M (244 free)"),
+        "{d}"
+    );
+}

@@ -94,7 +94,7 @@ pub struct CircuitShaperConfig {
     /// plan sets `cake.memlimit`.
     pub circuit_memory_limit: u64,
     /// The packet limit of each circuit's instance (the smaller of this and its plan's
-    /// `cake.packet_limit`): it sizes the packet slab every instance preallocates.
+    /// `cake.packet_limit`): the most its packet slab grows to.
     pub circuit_packet_limit: u32,
     /// Released instances kept for reuse; more are freed. None is built before a
     /// circuit needs it.

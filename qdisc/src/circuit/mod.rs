@@ -37,7 +37,6 @@ use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdis
 
 use gate::LinkGate;
 use sched::{IdleQueue, ReadyRing, TimerHeap};
-use stats::Baselines;
 
 /// The CAKE instance each circuit runs: subscriber-sized (64 flow queues per tin), so that
 /// ten thousand live instances fit in memory. Everything here goes through this alias.
@@ -95,7 +94,6 @@ impl Default for SlotState {
 struct Instance<P> {
     cake: Box<CircuitCake<P>>,
     owner: u32,
-    base: Baselines,
 }
 
 /// One CAKE per circuit under a link cap. See the module docs; the configuration is
@@ -265,7 +263,7 @@ impl<P: Packet> CircuitShaper<P> {
             out.backlog_bytes = i.cake.backlog_bytes();
             out.rate = i.cake.current_rate();
             out.tin_count = st.tin_count;
-            out.tins = stats::tin_figures(st, &i.base, i.cake.tin_names());
+            out.tins = stats::tin_figures(st, i.cake.tin_names());
             out.sojourn_peak_ns = out.tins[..st.tin_count]
                 .iter()
                 .map(|t| t.peak_delay_ns)
@@ -323,9 +321,10 @@ impl<P: Packet> CircuitShaper<P> {
                     // Validated with the config; a refusal would leave the old settings,
                     // which is still a working instance.
                     let _ = c.reconfigure(&want);
-                } else if c.current_rate() != want.rate {
-                    c.set_rate(want.rate);
                 }
+                // As new: counters, clocks, COBALT state and rate of the previous owner gone,
+                // nothing allocated.
+                c.reset();
                 c
             }
             None => match CircuitCake::new(&want) {
@@ -336,13 +335,8 @@ impl<P: Packet> CircuitShaper<P> {
                 ),
             },
         };
-        let base = stats::baselines(cake.stats());
         let idx = self.insts.len();
-        self.insts.push(Instance {
-            cake,
-            owner: id,
-            base,
-        });
+        self.insts.push(Instance { cake, owner: id });
         self.slots[id as usize].inst = idx as u32;
         idx
     }

@@ -41,7 +41,7 @@ impl CircuitCounters {
 }
 
 /// One tin of a circuit's instance (the per-tin part of "one circuit in full"), counted
-/// since the instance was taken for this circuit.
+/// since the instance was taken for this circuit (a recycled instance is reset first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CircuitTinStats {
     /// The tin's name in the circuit's diffserv mode.
@@ -93,52 +93,23 @@ pub struct CircuitStats {
     pub tins: [CircuitTinStats; MAX_TINS],
 }
 
-/// The per-tin counters of an instance when it was taken for a circuit: recycled
-/// instances keep counting from where they were, so a circuit's per-tin figures are the
-/// difference.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct TinBaseline {
-    sent_packets: u64,
-    sent_bytes: u64,
-    dropped_packets: u64,
-    ecn_marked_packets: u64,
-}
-
-/// Baselines of every tin.
-pub(super) type Baselines = [TinBaseline; MAX_TINS];
-
-pub(super) fn baselines(s: &CakeStats) -> Baselines {
-    let mut b = Baselines::default();
-    for (b, t) in b.iter_mut().zip(&s.tins) {
-        *b = TinBaseline {
-            sent_packets: t.sent_packets,
-            sent_bytes: t.sent_bytes,
-            dropped_packets: t.dropped_packets,
-            ecn_marked_packets: t.ecn_marked_packets,
-        };
-    }
-    b
-}
-
-/// The tin figures of `s` since `base`, named after `names`.
+/// The tin figures of `s`, named after `names`.
 pub(super) fn tin_figures(
     s: &CakeStats,
-    base: &Baselines,
     names: &'static [&'static str],
 ) -> [CircuitTinStats; MAX_TINS] {
     let mut out = [CircuitTinStats::default(); MAX_TINS];
-    for (i, (o, (t, b))) in out.iter_mut().zip(s.tins.iter().zip(base)).enumerate() {
+    for (i, (o, t)) in out.iter_mut().zip(s.tins.iter()).enumerate() {
         if i >= s.tin_count {
             break;
         }
         *o = CircuitTinStats {
             name: names.get(i).copied().unwrap_or(""),
             threshold_rate: t.threshold_rate,
-            sent_packets: t.sent_packets - b.sent_packets.min(t.sent_packets),
-            sent_bytes: t.sent_bytes - b.sent_bytes.min(t.sent_bytes),
-            dropped_packets: t.dropped_packets - b.dropped_packets.min(t.dropped_packets),
-            ecn_marked_packets: t.ecn_marked_packets
-                - b.ecn_marked_packets.min(t.ecn_marked_packets),
+            sent_packets: t.sent_packets,
+            sent_bytes: t.sent_bytes,
+            dropped_packets: t.dropped_packets,
+            ecn_marked_packets: t.ecn_marked_packets,
             backlog_bytes: t.backlog_bytes,
             peak_delay_ns: t.peak_delay_ns,
             avg_delay_ns: t.avg_delay_ns,

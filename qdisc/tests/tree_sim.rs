@@ -29,7 +29,7 @@ const MS: u64 = 1_000_000;
 const MBIT: u64 = 1_000_000 / 8;
 const PKT: usize = 500;
 const INTERVAL: u64 = MS;
-/// The owners sync every half interval (as `LeafMeter::sync_due` says), the second owner a
+/// The owners sync every half interval (as `SharedTree`'s owners do), the second owner a
 /// quarter interval after the first.
 const OWNER_PERIOD: u64 = INTERVAL / 2;
 const TICK: u64 = INTERVAL / 4;

@@ -10,7 +10,7 @@
 
 use super::shared::MIN_ROOM_BPS;
 use super::water::{self, Point, Want};
-use super::{Demand, RateTree};
+use super::{Demand, RateTree, NO_CAP};
 
 /// Marks a child entry as a node rather than a leaf.
 const NODE: u32 = 1 << 31;
@@ -182,7 +182,8 @@ impl Allocator {
 /// The share of a thin leaf that got all it used (`used`, its average rate): room above
 /// that to grow into before the next computation, and never less than its min.
 ///
-/// The room is a quarter of its rate plus the larger of 1/64 of its max and
+/// The room is a quarter of its rate plus the larger of 1/64 of its max (another quarter
+/// of its rate when it has none) and
 /// [`super::shared::MIN_ROOM_BPS`]: enough that a thin leaf reads as thin again (under the
 /// 90 % saturation mark) instead of flipping to saturated, which would make it want its
 /// whole max and shrink its saturated cousins' shares for an interval. A slow leaf's
@@ -191,7 +192,8 @@ impl Allocator {
 /// siblings' split (they get what the leaf did not use); it is what the tree may
 /// overshoot, for one interval, if every thin leaf grows at once.
 fn thin_share(min: u64, max: u64, used: u64) -> u64 {
-    let room = used / 4 + (max / 64).max(MIN_ROOM_BPS);
+    let of_ceiling = if max == NO_CAP { used / 4 } else { max / 64 };
+    let room = used / 4 + of_ceiling.max(MIN_ROOM_BPS);
     used.saturating_add(room).max(min).min(max)
 }
 

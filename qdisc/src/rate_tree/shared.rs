@@ -72,7 +72,6 @@ fn decode(word: u64) -> Demand {
 }
 
 /// A rate tree shared by the owners that run its leaves.
-#[derive(Debug)]
 pub struct SharedTree {
     tree: RateTree,
     config: TreeSyncConfig,
@@ -87,9 +86,14 @@ pub struct SharedTree {
     compute: RunnerLock<Allocator>,
 }
 
-impl std::fmt::Debug for RunnerLock<Allocator> {
+impl std::fmt::Debug for SharedTree {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RunnerLock<Allocator>")
+        f.debug_struct("SharedTree")
+            .field("leaves", &self.tree.leaves())
+            .field("shaping_nodes", &self.tree.shaping_nodes())
+            .field("config", &self.config)
+            .field("computations", &self.computations())
+            .finish_non_exhaustive()
     }
 }
 
@@ -283,12 +287,6 @@ impl LeafMeter {
     /// The rate the leaf applies now.
     pub fn applied(&self) -> Rate {
         self.applied
-    }
-
-    /// Whether a sync is due at `now_ns`: owners sync each leaf twice per computation
-    /// interval, so that a change reaches the tree and its result comes back within it.
-    pub fn sync_due(&self, tree: &SharedTree, now_ns: u64) -> bool {
-        now_ns.saturating_sub(self.window_start_ns) >= tree.config.interval_ns / 2
     }
 
     /// Counts `bytes` the leaf delivered (a local add; the owner may call it per dequeue

@@ -718,9 +718,10 @@ impl Lab {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     }
 
+    /// The counters now. Each `ctl` call is a process start, slow on a loaded machine, so the
+    /// circuits' counters (what the goodput checks divide by) are read first and the instant
+    /// is taken right after them.
     fn snapshot(&self, fwd: &Forwarder) -> Snapshot {
-        let text = self.ctl(fwd, &["stats", "--json"]);
-        let report = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
         let circuits: Option<serde_json::Value> =
             serde_json::from_str(&self.ctl(fwd, &["circuits", "json"])).ok();
         let circuits = circuits.and_then(|c| {
@@ -738,9 +739,12 @@ impl Lab {
                 })
                 .collect()
         });
+        let at = Instant::now();
+        let text = self.ctl(fwd, &["stats", "--json"]);
+        let report = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
         Snapshot {
             circuits,
-            at: Instant::now(),
+            at,
             report,
             subs: SUBSCRIBERS
                 .iter()
@@ -873,13 +877,17 @@ impl Lab {
         std::thread::sleep(Duration::from_secs(1));
         let before = self.snapshot(fwd);
         let mut errors = Vec::new();
-        for (k, i) in clients.iter().enumerate() {
-            let ok = self.wait(*i, Duration::from_secs(limit));
-            if !ok && k % 3 != 2 {
+        // The iperf3 clients (two of every three children) end the window; the probes may
+        // run a little longer and are waited for after the snapshot.
+        for (k, i) in clients.iter().enumerate().filter(|(k, _)| k % 3 != 2) {
+            if !self.wait(*i, Duration::from_secs(limit)) {
                 errors.push(format!("{name}: iperf3 client {k} failed"));
             }
         }
         let after = self.snapshot(fwd);
+        for (_, i) in clients.iter().enumerate().filter(|(k, _)| k % 3 == 2) {
+            self.wait(*i, Duration::from_secs(limit));
+        }
         for i in servers {
             self.wait(i, Duration::from_secs(5));
         }

@@ -7,6 +7,33 @@ use crate::lab::{Lab, LabError};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The flags of a harness that starts cakewalk, flattened into its own
+/// (`#[command(flatten)]`): which binary, and what to add to its command line.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct BinaryArgs {
+    /// The cakewalk binary (built with `cargo build --release -p forwarder`).
+    #[arg(long)]
+    pub cakewalk: Option<PathBuf>,
+    /// Extra arguments for `cakewalk run` after the generated ones.
+    #[arg(long, allow_hyphen_values = true)]
+    pub cakewalk_args: Option<String>,
+}
+
+impl BinaryArgs {
+    /// The binary to run ([`find`] with `--cakewalk`).
+    pub fn find(&self) -> Option<PathBuf> {
+        find(self.cakewalk.as_deref())
+    }
+
+    /// The extra arguments, split at white space.
+    pub fn extra(&self) -> Vec<String> {
+        self.cakewalk_args
+            .iter()
+            .flat_map(|a| a.split_whitespace().map(String::from))
+            .collect()
+    }
+}
+
 /// What a harness varies between cakewalk runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Knobs {

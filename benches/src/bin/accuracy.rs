@@ -81,12 +81,8 @@ struct Args {
     /// Repetitions per row; the row reports the median (and the spread in its note).
     #[arg(long, default_value_t = 1)]
     reps: u32,
-    /// The cakewalk binary (built with `cargo build --release -p forwarder`).
-    #[arg(long)]
-    cakewalk: Option<PathBuf>,
-    /// Extra arguments for `cakewalk run` after the generated ones.
-    #[arg(long, allow_hyphen_values = true)]
-    cakewalk_args: Option<String>,
+    #[command(flatten)]
+    binary: cakewalk_benches::cakewalk::BinaryArgs,
     /// Directory for the Markdown table and PNG plot.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -154,7 +150,7 @@ fn run(mut args: Args) -> Result<()> {
     if matches!(args.only, Only::Kernel | Only::All) {
         shapers.extend([Shaper::Htb, Shaper::Tbf]);
     }
-    let cakewalk = cakewalk_benches::cakewalk::find(args.cakewalk.as_deref());
+    let cakewalk = args.binary.find();
     if matches!(args.only, Only::Cakewalk | Only::All) {
         match &cakewalk {
             Some(_) => shapers.push(Shaper::Cake),
@@ -330,9 +326,7 @@ fn measure(
         Shaper::Cake => {
             let bin = cakewalk.context("no cakewalk binary")?;
             let mut knobs = Knobs::cake(rate);
-            if let Some(extra) = &args.cakewalk_args {
-                knobs.extra = extra.split_whitespace().map(String::from).collect();
-            }
+            knobs.extra = args.binary.extra();
             mid = Some(cakewalk_benches::cakewalk::start(
                 lab,
                 nr,

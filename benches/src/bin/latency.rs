@@ -87,12 +87,8 @@ struct Args {
     /// Leave out the unequal-load rows.
     #[arg(long)]
     no_unequal: bool,
-    /// The cakewalk binary (built with `cargo build --release -p forwarder`).
-    #[arg(long)]
-    cakewalk: Option<PathBuf>,
-    /// Extra arguments for `cakewalk run` after the generated ones.
-    #[arg(long, allow_hyphen_values = true)]
-    cakewalk_args: Option<String>,
+    #[command(flatten)]
+    binary: cakewalk_benches::cakewalk::BinaryArgs,
     /// Directory for the Markdown table and PNG plot.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -226,7 +222,7 @@ fn run(mut args: Args) -> Result<()> {
     } else {
         bail!("no latency probe: install 'irtt' (apt-get install irtt) or 'ping' (apt-get install iputils-ping)");
     };
-    let cakewalk = cakewalk_benches::cakewalk::find(args.cakewalk.as_deref());
+    let cakewalk = args.binary.find();
     let want_cw = matches!(args.only, Only::Cakewalk | Only::All);
     if want_cw && cakewalk.is_none() {
         if args.only == Only::Cakewalk {
@@ -538,9 +534,7 @@ fn measure(
                 }
                 _ => k.qdisc = Some("fifo".into()),
             }
-            if let Some(extra) = &args.cakewalk_args {
-                k.extra = extra.split_whitespace().map(String::from).collect();
-            }
+            k.extra = args.binary.extra();
             mid = Some(cakewalk_benches::cakewalk::start(
                 lab,
                 &w.r,

@@ -17,8 +17,12 @@ fn cakewalk() -> Command {
 /// Three circuits with upload plans `up` (Mbit/s), under one node, on 198.18.0.0/28,
 /// .16/28 and .32/28.
 fn circuits_toml(up: [f64; 3]) -> String {
-    let mut t =
-        String::from("[[node]]\nname = \"tower\"\ndownload_mbps = 1000\nupload_mbps = 100\n");
+    circuits_under(up, 100.0)
+}
+
+/// [`circuits_toml`] under a tower whose upload cap is `cap` Mbit/s.
+fn circuits_under(up: [f64; 3], cap: f64) -> String {
+    let mut t = format!("[[node]]\nname = \"tower\"\ndownload_mbps = 1000\nupload_mbps = {cap}\n");
     for (i, (id, mbps)) in ["a", "b", "c"].iter().zip(up).enumerate() {
         t.push_str(&format!(
             "\n[[circuit]]\nid = \"{id}\"\ndownload_mbps = 50\nupload_mbps = {mbps}\nparent = \"tower\"\naddresses = [\"198.18.0.{}/28\"]\n",
@@ -69,12 +73,13 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
 
 /// Runs a 10-second shaping run; returns its report lines, the final one last.
 fn run_once(unmatched: &str, tx_queues: usize) -> Vec<serde_json::Value> {
+    run_with(unmatched, tx_queues, &circuits_toml([1.0, 2.0, 3.0]))
+}
+
+/// [`run_once`] with `circuits` as the circuit file.
+fn run_with(unmatched: &str, tx_queues: usize, circuits: &str) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("circuits.toml"),
-        circuits_toml([1.0, 2.0, 3.0]),
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("circuits.toml"), circuits).unwrap();
     let conf = dir.path().join("c.toml");
     std::fs::write(&conf, config(unmatched, "10s", tx_queues)).unwrap();
     let json = dir.path().join("stats.json");
@@ -161,6 +166,31 @@ fn circuits_are_shaped_at_their_plans_and_unmatched_traffic_follows_the_setting(
             "unmatched = {unmatched}, {queues} queues: ratio {ratio}, want {range:?} ({a} {b} {c} of {egress}, offered {offered})"
         );
     }
+}
+
+#[test]
+fn a_node_cap_holds_the_circuits_under_it() {
+    // Plans 1, 2 and 3 Mbit/s under a tower capped at 3: together they get the cap.
+    let lines = run_with("link", 1, &circuits_under([1.0, 2.0, 3.0], 3.0));
+    let (from, to) = (&lines[1], &lines[lines.len() - 2]);
+    let secs = to["elapsed_s"].as_f64().unwrap() - from["elapsed_s"].as_f64().unwrap();
+    let bps = |f: &dyn Fn(&serde_json::Value) -> f64| (f(to) - f(from)) * 8.0 / secs;
+    let offered = bps(&|l| l["ports"][0]["rx_bytes"].as_f64().unwrap_or(0.0));
+    if offered / 4.0 < 2.0 * 3e6 {
+        eprintln!("INCONCLUSIVE: the generator offered {offered} bit/s, under twice the plans; the machine is too busy to judge the rates");
+        return;
+    }
+    let rates = ["a", "b", "c"].map(|id| bps(&|l| up(l, id, "sent_bytes")));
+    let sum: f64 = rates.iter().sum();
+    assert!(
+        (2.7e6..3.15e6).contains(&sum),
+        "under a 3 Mbit/s cap: {rates:?}"
+    );
+    for (got, plan) in rates.iter().zip([1e6, 2e6, 3e6]) {
+        assert!(*got < plan * 1.05, "{rates:?}");
+    }
+    let node = &to["circuits"]["nodes"][0];
+    assert_eq!(node["upload"]["cap_bps"], 3_000_000, "{node}");
 }
 
 #[test]

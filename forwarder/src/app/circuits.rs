@@ -18,8 +18,9 @@ use anyhow::Context;
 use circuits::publish::Published;
 use circuits::{CircuitSet, Lpm};
 use qdisc::cake::CakeConfig;
-use qdisc::circuit::{CircuitPlan, CircuitShaper, CircuitShaperConfig, CircuitStats};
+use qdisc::circuit::{CircuitPlan, CircuitShaper, CircuitShaperConfig, CircuitStats, TreeRef};
 use qdisc::mq::MultiQueue;
+use qdisc::rate_tree::{TreeNode, TreeSyncConfig};
 use qdisc::Rate;
 
 use crate::circuit::roster::{circuit_cake, RateOverrides};
@@ -251,7 +252,27 @@ fn shaper_config(state: &State, dir: Direction) -> Result<CircuitShaperConfig, S
     config
         .validate()
         .map_err(|e| format!("{}: {e}", dir.name()))?;
-    Ok(config)
+    if state.roster.nodes.is_empty() {
+        return Ok(config);
+    }
+    // The node tree (network.json): each circuit runs at its share of its nodes' caps. One
+    // tree per direction, carried by the config every TX queue of the direction gets.
+    let nodes: Vec<TreeNode> = state
+        .roster
+        .nodes
+        .iter()
+        .map(|n| TreeNode {
+            parent: n.parent.map(|p| p as u32),
+            cap: n.caps[d].map(Rate::from_bits_per_sec),
+            is_virtual: n.is_virtual,
+        })
+        .collect();
+    let tree = TreeRef::build(&config, &nodes, TreeSyncConfig::default())
+        .map_err(|e| format!("{}: the node tree: {e}", dir.name()))?;
+    Ok(CircuitShaperConfig {
+        rate_tree: Some(tree),
+        ..config
+    })
 }
 
 impl<P: PortBuf> Runtime<P> {

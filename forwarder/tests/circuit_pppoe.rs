@@ -7,9 +7,11 @@
 //! A pcap input flows from port a to port b only, so each direction is covered by its own
 //! run: with the default uplink (port b) the frames leave as the upload, classified by their
 //! source address; with `ports.uplink = "a"` they leave port b as the download, classified by
-//! their destination address. Either way every frame must be read as IP: it carries DSCP EF,
-//! and only a parser that walked the tag and the session to the IP header puts it in
-//! diffserv4's Voice tin. Each frame must leave unchanged and be counted in the final report.
+//! their destination address. Either way each subscriber's frames must be counted in its own
+//! circuit, in the direction they went (`[stats] circuit_metrics = "all"` puts every circuit
+//! in the final report), which the address lookup can only do after walking the tag and the
+//! session to the IP header; a circuit whose address no frame carries must count nothing, and
+//! every frame must leave unchanged.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -18,7 +20,8 @@ use std::process::Command;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 
-/// The subscribers: PPPoE session ID, VLAN ID and address.
+/// The subscribers: PPPoE session ID, VLAN ID and address; subscriber `i` is circuit `i + 1`
+/// (and circuit 4, at an address no frame carries, must count nothing).
 const SUBSCRIBERS: [(u16, u16, &str); 3] = [
     (0x0101, 201, "100.64.0.1"),
     (0x0102, 202, "100.64.0.2"),
@@ -30,14 +33,7 @@ const FRAMES: usize = 40;
 /// A UDP frame between `subscriber` and a server of its family, wrapped in a PPPoE session
 /// (RFC 2516: version/type 0x11, code 0, session ID, payload length, then the PPP protocol
 /// 0x0021 for IPv4 or 0x0057 for IPv6) inside VLAN `vid`. `up` says the subscriber sends it.
-fn pppoe_frame(
-    session: u16,
-    vid: u16,
-    subscriber: IpAddr,
-    up: bool,
-    seq: usize,
-    dscp: u8,
-) -> Vec<u8> {
+fn pppoe_frame(session: u16, vid: u16, subscriber: IpAddr, up: bool, seq: usize) -> Vec<u8> {
     let server: IpAddr = if subscriber.is_ipv4() {
         "198.51.100.7".parse().unwrap()
     } else {
@@ -55,7 +51,7 @@ fn pppoe_frame(
         dst,
         40000 + seq as u16,
         443,
-        dscp,
+        0,
         0,
         64 + seq,
     )
@@ -75,15 +71,39 @@ fn pppoe_frame(
     frame
 }
 
-/// Every subscriber's frames with DSCP `dscp`, interleaved, for one direction.
-fn frames(up: bool, dscp: u8) -> Vec<Vec<u8>> {
+/// Every subscriber's frames, interleaved, for one direction.
+fn frames(up: bool) -> Vec<Vec<u8>> {
     (0..FRAMES)
         .flat_map(|seq| {
             SUBSCRIBERS.iter().map(move |&(session, vid, addr)| {
-                pppoe_frame(session, vid, addr.parse().unwrap(), up, seq, dscp)
+                pppoe_frame(session, vid, addr.parse().unwrap(), up, seq)
             })
         })
         .collect()
+}
+
+/// The circuits: one per subscriber, and one that no frame belongs to.
+fn write_circuits(dir: &Path) -> std::path::PathBuf {
+    let mut csv = String::from(
+        "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment,sqm\n",
+    );
+    let mut addrs: Vec<&str> = SUBSCRIBERS.iter().map(|s| s.2).collect();
+    addrs.push("100.64.0.9");
+    for (i, a) in addrs.iter().enumerate() {
+        let (v4, v6) = if a.contains(':') { ("", *a) } else { (*a, "") };
+        csv.push_str(&format!(
+            "{n},s{n},{n},cpe{n},,,{v4},{v6},,,100,20,,\n",
+            n = i + 1
+        ));
+    }
+    std::fs::write(dir.join("ShapedDevices.csv"), csv).expect("write ShapedDevices.csv");
+    let config = dir.join("cakewalk.toml");
+    std::fs::write(
+        &config,
+        "[circuits]\nfiles = [\"ShapedDevices.csv\"]\n\n[stats]\ncircuit_metrics = \"all\"\n",
+    )
+    .expect("write the config");
+    config
 }
 
 fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
@@ -119,12 +139,13 @@ fn forward(up: bool) -> (serde_json::Value, Vec<Vec<u8>>, Vec<Vec<u8>>) {
         dir.path().join("out.pcap"),
         dir.path().join("stats.jsonl"),
     );
-    // EF (46): diffserv4 puts it in the Voice tin, which it can only read by walking the tag
-    // and the session to the IP header; a frame taken for non-IP would go to Best Effort.
-    let sent = frames(up, 46);
+    let sent = frames(up);
     write_pcap(&input, &sent);
+    let config = write_circuits(dir.path());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cakewalk"));
-    cmd.args(["run", "--port-kind", "pcap", "--input"])
+    cmd.args(["run", "--config"])
+        .arg(&config)
+        .args(["--port-kind", "pcap", "--input"])
         .arg(&input)
         .arg("--output")
         .arg(&output)
@@ -137,8 +158,7 @@ fn forward(up: bool) -> (serde_json::Value, Vec<Vec<u8>>, Vec<Vec<u8>>) {
             "10s",
             "--control",
             "off",
-        ])
-        .args(["--diffserv", "diffserv4"]);
+        ]);
     if !up {
         cmd.args(["--set", "ports.uplink=\"a\""]);
     }
@@ -180,18 +200,27 @@ fn pppoe_over_vlan_subscribers_are_read_as_ip_both_ways() {
             sent.len(),
             "{which}: {dir}"
         );
-        // Port b's queue is the egress either way.
-        let voice = report["queues"]
+        // Each subscriber's frames in its own circuit, in the direction they went, and
+        // nothing anywhere else.
+        let rows = report["circuits"]["rows"]
             .as_array()
-            .and_then(|q| q.iter().find(|q| q["port"] == "b"))
-            .and_then(|q| q["tins"].as_array())
-            .and_then(|t| t.iter().find(|t| t["name"] == "Voice"))
-            .unwrap_or_else(|| panic!("{which}: no Voice tin on port b: {report}"));
-        assert_eq!(
-            voice["sent_packets"],
-            sent.len(),
-            "{which}: every EF frame goes to the Voice tin: {report}"
-        );
+            .unwrap_or_else(|| panic!("{which}: no circuits in the final report: {report}"));
+        for id in 1..=4 {
+            let row = rows
+                .iter()
+                .find(|r| r["id"].as_str().and_then(|v| v.parse().ok()) == Some(id))
+                .unwrap_or_else(|| panic!("{which}: circuit {id} missing: {report}"));
+            let want = if id <= SUBSCRIBERS.len() { FRAMES } else { 0 };
+            let other = if up { "download" } else { "upload" };
+            assert_eq!(
+                (
+                    row[which]["sent_packets"].as_u64(),
+                    row[other]["sent_packets"].as_u64()
+                ),
+                (Some(want as u64), Some(0)),
+                "{which}: circuit {id}'s {which} and {other} packets: {row}"
+            );
+        }
         // Unshaped, nothing is dropped; flows keep their order, so compare as sets.
         assert_eq!(
             sorted(received),

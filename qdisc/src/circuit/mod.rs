@@ -315,7 +315,7 @@ impl<P: Packet> CircuitShaper<P> {
             return s.inst as usize;
         }
         let want = self.want_config(id);
-        let cake = match self.spare.pop() {
+        let mut cake = match self.spare.pop() {
             Some(mut c) => {
                 if *c.config() != want {
                     // Validated with the config; a refusal would leave the old settings,
@@ -335,6 +335,10 @@ impl<P: Packet> CircuitShaper<P> {
                 ),
             },
         };
+        if let Some(share) = self.tree_wake_rate(id) {
+            // Under a node tree a new instance starts at its share, not its plan's max.
+            cake.set_rate(share);
+        }
         let idx = self.insts.len();
         self.insts.push(Instance { cake, owner: id });
         self.slots[id as usize].inst = idx as u32;

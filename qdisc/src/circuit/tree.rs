@@ -6,7 +6,8 @@
 //! A slot must be run by one shaper only (the one TX queue its circuit is steered to): a
 //! leaf's demand has one writer. A circuit whose instance was released publishes idle at
 //! the next sync and leaves the tree's active set; a circuit that gets an instance joins at
-//! the next sync and runs at its plan's rate until then (at most half an interval).
+//! the next sync and, until then (at most half an interval), runs at the share in its
+//! leaf's slot: its wake share when it was idle, its fair part with every leaf saturated.
 
 use std::sync::Arc;
 
@@ -93,6 +94,15 @@ impl TreeLink {
 }
 
 impl<P: Packet> CircuitShaper<P> {
+    /// The rate a new instance of `id` starts at under the tree: the share in its leaf's
+    /// slot (its wake share when it was idle); `None` without a tree or for the default
+    /// class.
+    pub(super) fn tree_wake_rate(&self, id: u32) -> Option<Rate> {
+        let link = self.tree.as_ref()?;
+        let slot = id.checked_sub(1)?;
+        ((slot as usize) < link.meters.len()).then(|| link.shared.share(slot))
+    }
+
     /// Syncs the live circuits with the tree when half an interval has passed (see the
     /// module docs). Called at the top of every dequeue; a compare when not due.
     #[inline]

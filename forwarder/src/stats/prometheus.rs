@@ -739,6 +739,66 @@ mod tests {
     }
 
     #[test]
+    fn circuits_give_totals_always_and_series_per_circuit_and_node_when_listed() {
+        use super::super::circuits::{
+            CircuitDirRow, CircuitRow, CircuitsReport, NodeDirRow, NodeRow,
+        };
+        let mut c = CircuitsReport {
+            circuits: 2,
+            active: [1, 2],
+            memory_bytes: [100, 200],
+            unmatched: "link".into(),
+            ..CircuitsReport::default()
+        };
+        let mut x = Exposition::default();
+        render_circuits(&mut x, &c);
+        let totals = x.finish();
+        assert!(totals.contains("cakewalk_circuits 2\n"), "{totals}");
+        assert!(
+            totals.contains("cakewalk_circuits_active{direction=\"upload\"} 2\n"),
+            "{totals}"
+        );
+        assert!(
+            !totals.contains("cakewalk_circuit_sent"),
+            "off: no series per circuit: {totals}"
+        );
+        c.rows.push(CircuitRow {
+            id: "sub \"1\"".into(),
+            name: "one".into(),
+            slot: 0,
+            parent: Some("tower".into()),
+            download: CircuitDirRow::default(),
+            upload: CircuitDirRow {
+                sent_bytes: 1500,
+                plan_bps: 2_000_000,
+                ..CircuitDirRow::default()
+            },
+        });
+        c.nodes.push(NodeRow {
+            name: "tower".into(),
+            depth: 0,
+            is_virtual: false,
+            circuits: 1,
+            download: NodeDirRow::default(),
+            upload: NodeDirRow {
+                cap_bps: 3_000_000,
+                ..NodeDirRow::default()
+            },
+        });
+        let mut x = Exposition::default();
+        render_circuits(&mut x, &c);
+        let text = x.finish();
+        for line in [
+            "cakewalk_circuit_sent_bytes_total{circuit=\"sub \\\"1\\\"\",direction=\"upload\"} 1500\n",
+            "cakewalk_circuit_plan_bits_per_second{circuit=\"sub \\\"1\\\"\",direction=\"upload\"} 2000000\n",
+            "cakewalk_node_cap_bits_per_second{node=\"tower\",direction=\"upload\"} 3000000\n",
+            "# TYPE cakewalk_node_sent_bytes_total counter\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in {text}");
+        }
+    }
+
+    #[test]
     fn a_histogram_ends_with_the_inf_bucket_sum_and_count() {
         let mut x = Exposition::default();
         x.family("h_seconds", Kind::Histogram, "h.", |f| {

@@ -418,7 +418,7 @@ impl<P, const FLOWS: usize> Cake<P, FLOWS> {
     /// lightly loaded: its packet slab starts at [`COMPACT_FIRST_SLOTS`] and doubles when
     /// full, and its delay histograms keep one significant digit. The link-wide instance
     /// preallocates its whole slab and keeps two digits.
-    const COMPACT: bool = FLOWS < FLOWS_PER_TIN;
+    pub(super) const COMPACT: bool = FLOWS < FLOWS_PER_TIN;
 
     /// Significant decimal digits of the per-tin delay histograms.
     const HISTOGRAM_SIGFIG: u8 = if Self::COMPACT { 1 } else { 2 };

@@ -108,7 +108,7 @@ impl Key for u64 {
 
     #[inline(always)]
     fn slot(self, depth: u32) -> u32 {
-        // An IPv4 walk ends by depth 32 + 8.
+        // An IPv4 walk never goes deeper than bit 32.
         ((self << (depth & 63)) >> (64 - STRIDE)) as u32
     }
 

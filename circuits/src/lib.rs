@@ -13,7 +13,8 @@
 //! Map: [`prefix`] (addresses and prefixes), [`model`] (circuits, devices, nodes),
 //! [`shaped_devices`], [`network_json`] and [`native`] (importers), [`validate`] (whole-set
 //! checks), [`lpm`] (the lookup table), [`publish`] (lock-free hand-over of a rebuilt table),
-//! [`summary`] (what `check-circuits` says).
+//! [`serve`] (the part of the tree one box carries), [`summary`] (what `check-circuits`
+//! says).
 
 pub mod lpm;
 pub mod model;
@@ -22,6 +23,7 @@ pub mod network_json;
 pub mod prefix;
 pub mod problem;
 pub mod publish;
+pub mod serve;
 pub mod shaped_devices;
 pub mod summary;
 pub mod validate;

@@ -390,6 +390,11 @@ pub struct CheckCircuitsArgs {
     /// The files: `*.csv` (ShapedDevices), `*.json` (network.json), `*.toml` (cakewalk's form).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
+    /// Show only what a box serving this node carries (its subtree and the path to the
+    /// root), as `[circuits] serve_nodes` loads it; repeat for several, "(root)" for the
+    /// circuits without a parent node.
+    #[arg(long = "serve-node", value_name = "NAME")]
+    pub serve_nodes: Vec<String>,
 }
 
 /// `cakewalk explain`.
@@ -618,9 +623,21 @@ fn check_circuits_cmd(args: &CheckCircuitsArgs) -> anyhow::Result<ExitCode> {
             .map(|(f, name, text)| (*f, name.as_str(), text.as_str())),
     );
     match loaded {
-        Ok((set, warnings)) => {
+        Ok((all, warnings)) => {
             for w in &warnings {
                 crate::log_line!("{w}");
+            }
+            let set =
+                circuits::serve::serve_nodes(&all, &args.serve_nodes).context("--serve-node")?;
+            if !args.serve_nodes.is_empty() {
+                out(&format!(
+                    "serving {}: {} of {} circuits, {} of {} nodes (the subtrees and their path to the root)\n",
+                    args.serve_nodes.join(", "),
+                    set.circuits.len(),
+                    all.circuits.len(),
+                    set.nodes.len(),
+                    all.nodes.len()
+                ))?;
             }
             let mut summary = circuits::summary::Summary::of(&set);
             let table = circuits::prefix_table(&set).context("building the prefix table")?;

@@ -195,3 +195,87 @@ fn check_config_refuses_bad_circuit_files_naming_file_and_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("circuits.unmatched: "), "{err}");
 }
+
+/// Site_1 > {AP_A, AP_B}; a circuit on each AP and one without a parent.
+fn split_network(dir: &Path) -> (String, String) {
+    let net = write(
+        dir,
+        "network.json",
+        r#"{ "Site_1": { "downloadBandwidthMbps": 1000, "uploadBandwidthMbps": 500, "children": {
+               "AP_A": { "downloadBandwidthMbps": 100, "uploadBandwidthMbps": 50 },
+               "AP_B": { "downloadBandwidthMbps": 100, "uploadBandwidthMbps": 50 } } } }"#,
+    );
+    let csv = write(
+        dir,
+        "ShapedDevices.csv",
+        &format!(
+            "{HEADER}1,One,1,cpe,AP_A,,100.64.0.1,,,,80,20,,\n\
+             2,Two,2,cpe,AP_B,,100.64.0.2,,,,50,10,,\n\
+             3,Three,3,cpe,,,100.64.0.3,,,,10,5,,\n"
+        ),
+    );
+    (net, csv)
+}
+
+#[test]
+fn serve_node_shows_what_one_box_carries() {
+    let dir = tempfile::tempdir().unwrap();
+    let (net, csv) = split_network(dir.path());
+    let o = cakewalk(&["check-circuits", &net, &csv, "--serve-node", "AP_B"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("serving AP_B: 1 of 3 circuits, 2 of 3 nodes"),
+        "{out}"
+    );
+    assert!(out.contains("circuits: 1  devices: 1"), "{out}");
+    assert!(out.contains("AP_B: 1 circuits"), "{out}");
+    assert!(!out.contains("AP_A"), "{out}");
+    let o = cakewalk(&[
+        "check-circuits",
+        &net,
+        &csv,
+        "--serve-node",
+        "AP_A",
+        "--serve-node",
+        "(root)",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("2 of 3 circuits"), "{out}");
+    let o = cakewalk(&["check-circuits", &net, &csv, "--serve-node", "ap_b"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("`ap_b`, which is not a node") && err.contains("did you mean `AP_B`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_config_loads_only_the_served_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    split_network(dir.path());
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        "[circuits]\nfiles = [\"network.json\", \"ShapedDevices.csv\"]\nserve_nodes = [\"AP_A\"]\n",
+    );
+    let o = cakewalk(&["check-config", &cfg]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("# circuits: 1 from"), "{out}");
+    assert!(out.contains("serve_nodes = [\"AP_A\"]"), "{out}");
+    let bad = write(
+        dir.path(),
+        "b.toml",
+        "[circuits]\nfiles = [\"network.json\", \"ShapedDevices.csv\"]\nserve_nodes = [\"AP_C\"]\n",
+    );
+    let o = cakewalk(&["check-config", &bad]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("circuits.serve_nodes: serve_nodes names `AP_C`"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `AP_A`, `AP_B`"), "{err}");
+}

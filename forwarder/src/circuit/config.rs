@@ -29,6 +29,11 @@ pub struct CircuitsToml {
     /// How long a removed circuit's slot waits before a new circuit may take it ("5s"),
     /// so that packets still queued for it are never counted under another circuit.
     pub drain: String,
+    /// The nodes this box serves when the network is split across several boxes
+    /// (docs/circuits.md, "Several boxes"): only the circuits under them are loaded, with
+    /// the nodes on their path to the root. `"(root)"` adds the circuits without a parent
+    /// node. Empty: every circuit.
+    pub serve_nodes: Vec<String>,
 }
 
 impl Default for CircuitsToml {
@@ -39,6 +44,7 @@ impl Default for CircuitsToml {
             idle_release: "30s".into(),
             memory_limit: "auto".into(),
             drain: "5s".into(),
+            serve_nodes: Vec::new(),
         }
     }
 }
@@ -109,6 +115,8 @@ pub struct CircuitsSettings {
     pub memory_limit: Option<u64>,
     /// How long a removed circuit's slot is held, ns.
     pub drain_ns: u64,
+    /// The nodes this box serves (`circuits::serve`); empty for all.
+    pub serve_nodes: Vec<String>,
 }
 
 impl CircuitsSettings {
@@ -153,6 +161,12 @@ impl CircuitsSettings {
                 ));
             }
         }
+        if let Some(i) = raw.serve_nodes.iter().position(|n| n.trim().is_empty()) {
+            return Err((
+                key("serve_nodes"),
+                format!("entry {} is empty; name a node of network.json, or \"(root)\" for the circuits without a parent", i + 1),
+            ));
+        }
         if raw.files.is_empty() {
             return Ok(None);
         }
@@ -163,6 +177,7 @@ impl CircuitsSettings {
             idle_release_ns,
             memory_limit,
             drain_ns,
+            serve_nodes: raw.serve_nodes.clone(),
         }))
     }
 
@@ -184,6 +199,7 @@ impl CircuitsSettings {
                 .memory_limit
                 .map_or_else(|| "auto".to_string(), crate::config::units::format_size),
             drain: format_duration_ns(self.drain_ns),
+            serve_nodes: self.serve_nodes.clone(),
         }
     }
 }

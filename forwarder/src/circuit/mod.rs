@@ -39,9 +39,13 @@ pub enum LoadError {
     /// The files have errors: every problem, each with its file and line.
     #[error(transparent)]
     Refused(#[from] circuits::Refused),
+    /// `serve_nodes` names a node the files do not have.
+    #[error("circuits.serve_nodes: {0}")]
+    UnknownNode(#[from] circuits::serve::UnknownNode),
 }
 
-/// Reads and checks every file of `settings` as one set. Returns the set and its warnings.
+/// Reads and checks every file of `settings` as one set, then keeps the part under
+/// `serve_nodes` (all of it when that is empty). Returns the set and its warnings.
 ///
 /// # Errors
 /// [`LoadError`] naming the file (and line) at fault; nothing is loaded then.
@@ -54,9 +58,12 @@ pub fn load(settings: &CircuitsSettings) -> Result<(CircuitSet, Vec<Problem>), L
         let format = circuits::Format::from_name(&name).unwrap_or(circuits::Format::Native);
         texts.push((format, name, text));
     }
-    Ok(circuits::load(
-        texts.iter().map(|(f, n, t)| (*f, n.as_str(), t.as_str())),
-    )?)
+    let (set, warnings) =
+        circuits::load(texts.iter().map(|(f, n, t)| (*f, n.as_str(), t.as_str())))?;
+    Ok((
+        circuits::serve::serve_nodes(&set, &settings.serve_nodes)?,
+        warnings,
+    ))
 }
 
 fn read_limited(path: &Path, name: &str) -> Result<String, LoadError> {

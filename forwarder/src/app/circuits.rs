@@ -515,6 +515,7 @@ fn node_rows(roster: &Roster, rows: &[CircuitRow]) -> Vec<NodeRow> {
                 nd.sent_bytes += cd.sent_bytes;
                 nd.dropped_packets += cd.dropped_packets;
                 nd.backlog_bytes += cd.backlog_bytes;
+                nd.sojourn_peak_ns = nd.sojourn_peak_ns.max(cd.sojourn_peak_ns);
             }
         }
     }
@@ -635,5 +636,126 @@ impl<P: PortBuf> CircuitControl for Runtime<P> {
 
     fn has(&self, dir: Direction) -> bool {
         self.queues[dir.index()].is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Site > {AP_A, V (virtual) > AP_B}: circuit 1 on AP_A, 2 and 3 on AP_B, 4 on Site
+    /// itself, 5 with no parent.
+    fn roster() -> Roster {
+        let csv = "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment\n\
+            1,A,1,cpe,AP_A,,100.64.0.1,,,,100,20,\n\
+            2,B,2,cpe,AP_B,,100.64.0.2,,,,50,10,\n\
+            3,C,3,cpe,AP_B,,100.64.0.3,,,,50,10,\n\
+            4,D,4,cpe,Site,,100.64.0.4,,,,10,5,\n\
+            5,E,5,cpe,,,100.64.0.5,,,,10,5,\n";
+        let net = r#"{"Site": {"downloadBandwidthMbps": 1000, "uploadBandwidthMbps": 500, "children": {
+            "AP_A": {"downloadBandwidthMbps": 300, "uploadBandwidthMbps": 60},
+            "V": {"virtual": true, "downloadBandwidthMbps": 400, "uploadBandwidthMbps": 80, "children": {
+                "AP_B": {"downloadBandwidthMbps": 200, "uploadBandwidthMbps": 40}}}}}}"#;
+        let (set, _) = circuits::load([
+            (circuits::Format::ShapedDevices, "d.csv", csv),
+            (circuits::Format::NetworkJson, "n.json", net),
+        ])
+        .unwrap();
+        let settings = CircuitsSettings::resolve(&crate::circuit::CircuitsToml {
+            files: vec!["d.csv".into()],
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
+        let config = Config::from_toml_str("[shaper]\nrate = \"1gbit\"").unwrap();
+        let cakes = Direction::BOTH.map(|d| config.cake_for(d));
+        Roster::build(
+            &set,
+            &settings,
+            &cakes,
+            &mut SlotMap::default(),
+            0,
+            &RateOverrides::default(),
+        )
+        .unwrap()
+    }
+
+    /// A row whose download delivered `n` Mbit/s, sent `n` KB, dropped `n` and peaked at
+    /// `n` ms of sojourn.
+    fn row(id: &str, n: u64) -> CircuitRow {
+        let d = CircuitDirRow {
+            plan_bps: n * 1_000_000,
+            tx_bps: (n * 1_000_000) as f64,
+            sent_bytes: n * 1000,
+            dropped_packets: n,
+            backlog_bytes: n,
+            sojourn_peak_ns: n * 1_000_000,
+            ..CircuitDirRow::default()
+        };
+        CircuitRow {
+            id: id.into(),
+            name: id.into(),
+            slot: 0,
+            parent: None,
+            download: d,
+            upload: CircuitDirRow::default(),
+        }
+    }
+
+    #[test]
+    fn a_node_sums_its_subtree_virtual_nodes_too_and_keeps_the_worst_sojourn() {
+        let roster = roster();
+        let rows = [
+            row("1", 1),
+            row("2", 2),
+            row("3", 4),
+            row("4", 8),
+            row("5", 16),
+        ];
+        let nodes = node_rows(&roster, &rows);
+        let names: Vec<(&str, usize)> = nodes.iter().map(|n| (n.name.as_str(), n.depth)).collect();
+        assert_eq!(
+            names,
+            [("Site", 0), ("AP_A", 1), ("V", 1), ("AP_B", 2)],
+            "tree order, each node then its subtree"
+        );
+        let node = |name: &str| nodes.iter().find(|n| n.name == name).unwrap();
+        // Site: every circuit but the parentless one.
+        let site = node("Site");
+        assert_eq!(site.circuits, 4);
+        assert_eq!(site.download.tx_bps, 15e6);
+        assert_eq!(site.download.sent_bytes, 15_000);
+        assert_eq!(site.download.dropped_packets, 15);
+        assert_eq!(site.download.backlog_bytes, 15);
+        assert_eq!(
+            site.download.sojourn_peak_ns, 8_000_000,
+            "the worst, not a sum"
+        );
+        assert_eq!(site.download.cap_bps, 1_000_000_000);
+        assert_eq!(site.upload.cap_bps, 500_000_000);
+        // The virtual node carries what is under it, as AP_B does.
+        for name in ["V", "AP_B"] {
+            let n = node(name);
+            assert_eq!(n.circuits, 2, "{name}");
+            assert_eq!(n.download.dropped_packets, 6, "{name}");
+            assert_eq!(n.download.sojourn_peak_ns, 4_000_000, "{name}");
+        }
+        assert!(node("V").is_virtual);
+        let ap_a = node("AP_A");
+        assert_eq!((ap_a.circuits, ap_a.download.sent_bytes), (1, 1000));
+        // The plans are the circuits' (from the rows), the upload untouched here.
+        assert_eq!(node("AP_B").download.plans_bps, 6_000_000);
+        assert_eq!(site.upload.tx_bps, 0.0);
+        // The text `ctl circuits` prints names each node with its sojourn.
+        let report = CircuitsReport {
+            nodes,
+            ..CircuitsReport::default()
+        };
+        let text = report.text(SortBy::Rate);
+        assert!(
+            text.contains("  node V (virtual): 2 circuits; download 6"),
+            "{text}"
+        );
+        assert!(text.contains("6 dropped, sojourn 4.0 ms"), "{text}");
     }
 }

@@ -109,6 +109,8 @@ pub struct NodeDirRow {
     pub dropped_packets: u64,
     /// Bytes queued now.
     pub backlog_bytes: u64,
+    /// The largest peak sojourn among its circuits, ns: the worst queue delay under it.
+    pub sojourn_peak_ns: u64,
 }
 
 /// One node of the tree.
@@ -242,7 +244,7 @@ impl CircuitsReport {
             };
             let _ = writeln!(
                 out,
-                "{:indent$}node {}{}: {} circuits; download {} of plans {}{}, {} dropped; upload {} of plans {}{}, {} dropped",
+                "{:indent$}node {}{}: {} circuits; download {} of plans {}{}, {} dropped, sojourn {:.1} ms; upload {} of plans {}{}, {} dropped, sojourn {:.1} ms",
                 "",
                 n.name,
                 if n.is_virtual { " (virtual)" } else { "" },
@@ -251,10 +253,12 @@ impl CircuitsReport {
                 fmt_bps(n.download.plans_bps as f64),
                 cap(&n.download),
                 n.download.dropped_packets,
+                n.download.sojourn_peak_ns as f64 / 1e6,
                 fmt_bps(n.upload.tx_bps),
                 fmt_bps(n.upload.plans_bps as f64),
                 cap(&n.upload),
                 n.upload.dropped_packets,
+                n.upload.sojourn_peak_ns as f64 / 1e6,
                 indent = n.depth * 2,
             );
         }

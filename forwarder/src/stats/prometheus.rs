@@ -558,7 +558,7 @@ fn render_circuits(x: &mut Exposition, c: &super::circuits::CircuitsReport) {
     }
     if !c.nodes.is_empty() {
         type NodeField = fn(&super::circuits::NodeDirRow) -> f64;
-        let per_node: [(&str, Kind, &str, NodeField); 4] = [
+        let per_node: [(&str, Kind, &str, NodeField); 5] = [
             (
                 "cakewalk_node_sent_bytes_total",
                 Kind::Counter,
@@ -582,6 +582,12 @@ fn render_circuits(x: &mut Exposition, c: &super::circuits::CircuitsReport) {
                 Kind::Gauge,
                 "The node's own cap from network.json (0: none).",
                 |d| d.cap_bps as f64,
+            ),
+            (
+                "cakewalk_node_sojourn_peak_seconds",
+                Kind::Gauge,
+                "The largest peak sojourn among the circuits under the node.",
+                |d| d.sojourn_peak_ns as f64 / 1e9,
             ),
         ];
         for (name, kind, help, field) in per_node {
@@ -782,6 +788,7 @@ mod tests {
             download: NodeDirRow::default(),
             upload: NodeDirRow {
                 cap_bps: 3_000_000,
+                sojourn_peak_ns: 2_000_000,
                 ..NodeDirRow::default()
             },
         });
@@ -792,6 +799,7 @@ mod tests {
             "cakewalk_circuit_sent_bytes_total{circuit=\"sub \\\"1\\\"\",direction=\"upload\"} 1500\n",
             "cakewalk_circuit_plan_bits_per_second{circuit=\"sub \\\"1\\\"\",direction=\"upload\"} 2000000\n",
             "cakewalk_node_cap_bits_per_second{node=\"tower\",direction=\"upload\"} 3000000\n",
+            "cakewalk_node_sojourn_peak_seconds{node=\"tower\",direction=\"upload\"} 0.002\n",
             "# TYPE cakewalk_node_sent_bytes_total counter\n",
         ] {
             assert!(text.contains(line), "missing {line:?} in {text}");

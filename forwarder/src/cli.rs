@@ -486,6 +486,12 @@ pub enum CtlRequest {
         #[arg(trailing_var_arg = true)]
         words: Vec<String>,
     },
+    /// Every node's sums over the circuits under it (virtual nodes too): `nodes [json]`.
+    Nodes {
+        /// `json` for one JSON object.
+        #[arg(trailing_var_arg = true)]
+        words: Vec<String>,
+    },
     /// One circuit in full (`circuit ID [json]`), or a one-off plan change until the files
     /// are read again (`circuit set ID download|upload RATE`).
     Circuit {
@@ -932,6 +938,7 @@ fn ctl_cmd(args: CtlArgs) -> anyhow::Result<ExitCode> {
         CtlRequest::Circuits { words } if words.is_empty() => "circuits".to_string(),
         CtlRequest::Circuits { words } => format!("circuits {}", words.join(" ")),
         CtlRequest::Circuit { words } => format!("circuit {}", words.join(" ")),
+        CtlRequest::Nodes { words } => format!("nodes {}", words.join(" ")).trim_end().to_string(),
     };
     let reply = crate::control::client::send(&socket, &command)
         .with_context(|| format!("sending '{command}' to {}", socket.display()))?;

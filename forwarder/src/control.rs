@@ -17,6 +17,7 @@
 //!   their tins; `circuit set ID download|upload RATE` — a one-off plan change;
 //!   `circuits reload` — read the circuit files again (a refused file keeps the circuits in
 //!   force and says why).
+//! * `nodes [json]` — each node's sums over the circuits under it (`circuits top 0`).
 //!
 //! No change loses a queued packet: rates change through `SharedRate`, other options through
 //! `TxQueue`'s reconfigure-at-a-safe-point path. [`apply_reload`] applies a whole new config
@@ -373,6 +374,8 @@ pub fn handle_command(st: &ControlState, line: &str) -> String {
         ["stats"] | ["stats", "text"] => st.report(false),
         ["stats", "json"] => st.report(true),
         ["circuits", rest @ ..] | ["circuit", rest @ ..] => circuits_command(st, &words[0..1], rest),
+        ["nodes"] => circuits_command(st, &["circuits"], &["top", "0"]),
+        ["nodes", "json"] => circuits_command(st, &["circuits"], &["top", "0", "json"]),
         ["set", rest @ ..] => match select(st, rest) {
             Ok((picked, setting, said)) => set(st, &picked, setting, &said, line),
             Err(e) => format!("error: {e}"),

@@ -269,6 +269,12 @@ fn a_one_off_set_and_a_reload_change_one_plan_while_the_others_continue() {
     let (ok, said) = ctl(&["circuits", "top", "2", "by", "rate"]);
     assert!(ok && said.starts_with("circuits: 3 in force"), "{said}");
     assert_eq!(said.matches("\ncircuit ").count(), 2, "{said}");
+    let (ok, said) = ctl(&["nodes"]);
+    assert!(
+        ok && said.contains("\nnode tower: 3 circuits; download "),
+        "{said}"
+    );
+    assert!(!said.contains("\ncircuit "), "{said}");
     // A broken file is refused and the circuits in force are kept.
     std::fs::write(&circuits, "[[circuit]]\nid = \"a\"\n").unwrap();
     let (ok, said) = ctl(&["circuits", "reload"]);

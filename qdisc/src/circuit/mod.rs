@@ -397,8 +397,23 @@ impl<P: Packet> CircuitShaper<P> {
     /// Releases the instances that have been empty for `idle_release_ns`. Every enqueue
     /// and dequeue does this; a caller whose shaper may sit idle for long can call it from
     /// its housekeeping to give the memory back sooner.
+    #[inline]
     pub fn release_idle(&mut self, now_ns: u64) {
         let now = self.clamp(now_ns);
+        // The common case, every packet: nothing due. A compare here, inlined, rather than
+        // a call into the loop below.
+        match self.idle.front() {
+            Some((t, _)) if t.saturating_add(self.config.idle_release_ns) <= now => {
+                self.release_due(now);
+            }
+            _ => {}
+        }
+    }
+
+    /// The work of [`Self::release_idle`] once its first entry is due.
+    #[cold]
+    #[inline(never)]
+    fn release_due(&mut self, now: u64) {
         let after = self.config.idle_release_ns;
         while let Some((t, id)) = self.idle.front() {
             if t.saturating_add(after) > now {
@@ -514,10 +529,14 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
         let idx = self.ensure_instance(id);
         let (r, before, after) = self.with_instance(idx, |c| c.enqueue(now, pkt, meta));
         let s = &mut self.slots[id as usize];
-        for (reason, n) in r.drops_by_reason() {
-            s.counters.drops[reason.index()] += u64::from(n);
+        if r.dropped_packets > 0 {
+            // Rare: most enqueues drop nothing, and then skip the split by reason.
+            crate::cold_path();
+            for (reason, n) in r.drops_by_reason() {
+                s.counters.drops[reason.index()] += u64::from(n);
+            }
+            s.counters.dropped_bytes += r.dropped_bytes;
         }
-        s.counters.dropped_bytes += r.dropped_bytes;
         if s.sched == Sched::Idle {
             if after.0 > 0 {
                 self.schedule(id, now);

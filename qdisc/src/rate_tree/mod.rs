@@ -7,7 +7,7 @@
 //! and each guaranteed its min while it has demand; what a child leaves unused is lent to
 //! its siblings (HTB's rate/ceil, without a lock). Virtual nodes group without capping.
 //!
-//! * [`water`] is the water-filling core every split uses, the cake_mq queues' included.
+//! * `water` is the water-filling core every split uses, the cake_mq queues' included.
 //! * [`Allocator`] computes every active leaf's share from the leaves' demands, in time
 //!   linear in active leaves plus nodes, with scratch allocated once.
 //! * [`SharedTree`] is the lock-free protocol around it: leaves publish their demand in

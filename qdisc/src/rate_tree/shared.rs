@@ -317,7 +317,7 @@ impl LeafMeter {
     /// * Thin: it delivered something, at its average rate; a leaf that was saturated and
     ///   drained counts at what this window delivered, so most of its share is lent at once.
     /// * Thin while quiet: a light leaf (on average under 7/8 of its rate, as a thin leaf
-    ///   is under its headroom) keeps its average reserved for up to [`QUIET_HORIZON_NS`]
+    ///   is under its headroom) keeps its average reserved for up to `QUIET_HORIZON_NS`
     ///   after its last packet, fading with the average; otherwise a quiet, empty leaf is
     ///   idle and its share is lent at the next computation.
     pub fn publish(&mut self, tree: &SharedTree, now_ns: u64, backlog_bytes: u64) -> Demand {

@@ -40,7 +40,7 @@ struct Args {
     /// How long to soak, in minutes.
     #[arg(long, default_value_t = 5.0)]
     minutes: f64,
-    /// The test command's smoke mode: two and a half minutes.
+    /// The test command's smoke mode: ninety seconds.
     #[arg(long)]
     smoke: bool,
     /// Seed of the chaos (printed at start; give it to replay a run).
@@ -134,7 +134,7 @@ fn main() -> ExitCode {
 
 fn run() -> Result<bool> {
     let args = Args::parse();
-    let minutes = if args.smoke { 2.5 } else { args.minutes };
+    let minutes = if args.smoke { 1.5 } else { args.minutes };
     if !(minutes > 0.0 && minutes <= 7.0 * 24.0 * 60.0) {
         bail!("--minutes {minutes}: give a positive number of minutes, at most a week");
     }

@@ -27,10 +27,14 @@
 //! success, failure and panic. Each iperf3 phase is bounded (10 s TCP, 5 s UDP), so the whole
 //! test takes about 45 s.
 
+mod labkit;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+use labkit::{json_file, repo_root, with_one_retry};
 
 /// The shaped rate, in the lab's units and in bit/s.
 const RATE: &str = "200mbit";
@@ -40,44 +44,16 @@ const TCP_GOODPUT_SHARE: f64 = 1448.0 / 1514.0;
 /// UDP goodput per frame: 1400-byte payloads in 1442-byte frames.
 const UDP_GOODPUT_SHARE: f64 = 1400.0 / 1442.0;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("forwarder/ sits in the workspace root")
-        .to_path_buf()
-}
-
 /// Why this machine cannot run the lab, if it cannot.
 fn skip_reason() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let uid_root = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        == Some("0");
-    if !uid_root {
-        return Some("needs root for network namespaces; run `sudo scripts/test lab`".into());
-    }
-    for (tool, package) in [
+    labkit::skip_reason(&[
         ("ip", "iproute2"),
         ("tc", "iproute2"),
         ("ethtool", "ethtool"),
         ("iperf3", "iperf3"),
         ("ping", "iputils-ping"),
         ("jq", "jq"),
-    ] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !found {
-            return Some(format!(
-                "'{tool}' is not installed; apt-get install {package}"
-            ));
-        }
-    }
-    None
+    ])
 }
 
 /// A lab made by `scripts/lab/setup`, removed by `scripts/lab/teardown` on drop.
@@ -291,7 +267,7 @@ fn cake_holds_the_shaped_rate_with_low_latency_where_a_plain_fifo_bloats() {
         let fifo = lab.measure("fifo+htb", Some(RATE), "--queue fifo --rate unlimited");
         println!(
             "lab at {RATE}, 8 TCP upstreams for 10 s, UDP 300M for 5 s (attempt {attempt}, loadavg {}):",
-            loadavg()
+            labkit::loadavg().0
         );
         println!("  {}", cake.line());
         println!("  {}", fifo.line());
@@ -299,50 +275,6 @@ fn cake_holds_the_shaped_rate_with_low_latency_where_a_plain_fifo_bloats() {
         fifo.assert_clean_exit_and_conservation();
         performance_misses(&cake, &fifo)
     });
-}
-
-/// The 1-, 5- and 15-minute load averages, for the figures' header.
-fn loadavg() -> String {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    load.split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Runs one measurement of a lab (`attempt` prints its figures, asserts what must hold at
-/// once, such as exits and conservation, and returns the performance misses) up to twice.
-/// Real traffic on two shared cores: a burst of other work on the machine can starve the
-/// endpoints or the forwarder for a while, so a miss is measured once more on a fresh lab
-/// and fails only if it repeats. Other work saturating the cores starves the endpoints and
-/// the userspace forwarder alike (the kernel's HTB runs in softirq and is spared): with the
-/// load above twice the cores the figures describe the machine, not cakewalk, and a second
-/// miss is reported without failing the test.
-fn with_one_retry(what: &str, mut attempt: impl FnMut(u32) -> Vec<String>) {
-    for n in 1..=2 {
-        let misses = attempt(n);
-        if misses.is_empty() {
-            return;
-        }
-        if n == 2 {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let load1: f64 = std::fs::read_to_string("/proc/loadavg")
-                .unwrap_or_default()
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0);
-            if load1 > 2.0 * cores as f64 {
-                println!(
-                    "  INCONCLUSIVE: the machine is busy (load {load1} on {cores} cores); performance checks not enforced: {}",
-                    misses.join("; ")
-                );
-                return;
-            }
-            panic!("{what} missed twice:\n  {}", misses.join("\n  "));
-        }
-        println!("  missed ({}); measuring once more", misses.join("; "));
-    }
 }
 
 /// Runs the real binary on AF_PACKET ports `ifaces` for at most a second; returns its exit
@@ -713,12 +645,6 @@ impl Lab {
     }
 }
 
-fn json_file(path: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{}: not JSON ({e}): {text}", path.display()))
-}
-
 /// The payload rate an iperf3 receiver counted after the omitted first second, in bit/s.
 fn received_bps(path: &Path) -> f64 {
     let sum = &json_file(path)["end"]["sum_received"];
@@ -931,7 +857,7 @@ fn asymmetric_lab(name: &str, ports: &str) {
         let run = lab.measure_bidir(name, ports);
         println!(
             "asymmetric lab, 50 Mbit/s down and 10 Mbit/s up, 4 TCP streams each way for 8 s, then the upload at 5 Mbit/s (attempt {attempt}, loadavg {}):",
-            loadavg()
+            labkit::loadavg().0
         );
         println!("  {}", run.line());
         run.assert_exit_change_and_conservation();

@@ -17,8 +17,8 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::process::Command;
 
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
-use pcap_file::DataLink;
+mod common;
+use common::{read_pcap, write_pcap};
 
 /// The subscribers: PPPoE session ID, VLAN ID and address; subscriber `i` is circuit `i + 1`
 /// (and circuit 4, at an address no frame carries, must count nothing).
@@ -104,30 +104,6 @@ fn write_circuits(dir: &Path) -> std::path::PathBuf {
     )
     .expect("write the config");
     config
-}
-
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let file = std::fs::File::create(path).expect("create the input pcap");
-    let header = PcapHeader {
-        datalink: DataLink::ETHERNET,
-        ..Default::default()
-    };
-    let mut w = PcapWriter::with_header(file, header).expect("write a pcap header");
-    for (i, f) in frames.iter().enumerate() {
-        let ts = std::time::Duration::from_micros(i as u64 * 100);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
-            .expect("write a frame");
-    }
-}
-
-fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    let file = std::fs::File::open(path).expect("open the output pcap");
-    let mut r = PcapReader::new(file).expect("the output is a pcap");
-    let mut out = Vec::new();
-    while let Some(p) = r.next_packet() {
-        out.push(p.expect("a readable frame").data.into_owned());
-    }
-    out
 }
 
 /// Runs the binary on `frames` (`up` = the subscribers send them) and returns the final JSON

@@ -198,6 +198,12 @@ pub trait Qdisc<P: Packet> {
     /// once per burst, not per packet.
     fn bypass_burst(&mut self, now_ns: u64, pkts: &[P], metas: &[PacketMeta]) -> BurstBypass;
 
+    /// Rewrites the packets [`Qdisc::bypass_burst`] just let through as their enqueue would
+    /// have (CAKE's `wash`): the caller calls it on `pkts[..packets]` before it transmits
+    /// them. `metas[i]` is the meta of `pkts[i]`. The default rewrites nothing.
+    #[inline]
+    fn rewrite_passed(&self, _pkts: &mut [P], _metas: &[PacketMeta]) {}
+
     /// [`Qdisc::bypass_burst`] for one packet: true when `pkt` was let through (charged as
     /// enqueued and dequeued at once), false when nothing changed and the caller enqueues it.
     #[inline]

@@ -24,6 +24,12 @@ pub trait Packet {
     /// (or not IP), in which case it is unchanged and the caller must drop it instead.
     fn set_ce(&mut self) -> bool;
 
+    /// Clears the DSCP and keeps the ECN bits (CAKE's `wash`, sch_cake.c
+    /// `cake_handle_diffserv`). CAKE calls it after it has chosen the packet's tin from the
+    /// DSCP, so the marks still classify here and are gone downstream. A packet that is not
+    /// IP stays as it is; the default does nothing.
+    fn wash_dscp(&mut self) {}
+
     /// TCP ACK facts for the ACK filter, or `None` when this is not a TCP segment (or could not
     /// be parsed). Only called when the ACK filter is on.
     fn tcp_ack_info(&self) -> Option<TcpAckInfo> {

@@ -60,11 +60,15 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     // restoring registers and reloading the fields the caller already held (probe loop
     // -0.8 ns at 1000 B, -1.5 ns at 64 B; the golden digest is unchanged).
     #[inline(always)]
-    pub(super) fn enqueue_inner(&mut self, now: u64, pkt: P, meta: &PacketMeta) -> Enqueued {
+    pub(super) fn enqueue_inner(&mut self, now: u64, mut pkt: P, meta: &PacketMeta) -> Enqueued {
         let now = self.clamp_now(now);
         let len = clamp_u32(pkt.len());
         let footprint = clamp_u32(pkt.footprint());
         let t = self.select_tin(meta);
+        if self.config.wash {
+            // After the tin is chosen: the marks classify here and are gone downstream.
+            pkt.wash_dscp();
+        }
         let fid = self.lookup(t, meta);
 
         // Ensure the shaper state is not stale after an idle period. Unlimited, nothing

@@ -49,7 +49,8 @@
 //!   CAKE only enforces its memory limit).
 //! * **GSO** super-frames are never split (the `Packet` trait cannot split a buffer); they
 //!   are charged per segment as on the kernel's unsplit path.
-//! * **wash** is left to the caller's rewrite step: the qdisc never writes packet bytes.
+//! * **wash** goes through [`Packet::wash_dscp`], after the tin is chosen, as the ECN mark
+//!   goes through [`Packet::set_ce`]; passed packets through [`Qdisc::rewrite_passed`].
 //! * **Reconfigure to fewer tins** moves the flows of the tins that vanish to the tin their
 //!   traffic maps to now (Linux purges them); nothing queued is dropped, and
 //!   [`CakeStats::purged_packets`] stays 0.
@@ -512,6 +513,13 @@ impl<P: Packet, const FLOWS: usize> Qdisc<P> for Cake<P, FLOWS> {
 
     fn backlog_bytes(&self) -> u64 {
         self.backlog
+    }
+
+    #[inline]
+    fn rewrite_passed(&self, pkts: &mut [P], _metas: &[PacketMeta]) {
+        if self.config.wash {
+            pkts.iter_mut().for_each(Packet::wash_dscp);
+        }
     }
 
     #[inline]

@@ -1332,3 +1332,29 @@ fn a_reset_instance_behaves_exactly_as_a_new_one() {
     reset_behaves_as_new::<SUBSCRIBER_FLOWS_PER_TIN>();
     reset_behaves_as_new::<FLOWS_PER_TIN>();
 }
+
+#[test]
+fn wash_clears_the_dscp_of_queued_and_passed_packets_after_classifying() {
+    for wash in [false, true] {
+        let mut c = cake(CakeConfig {
+            wash,
+            ..CakeConfig::default()
+        });
+        let ef = PacketMeta {
+            dscp: 46,
+            ..udp_meta(1, 2, 3, 0)
+        };
+        c.enqueue(0, pkt(100, 0, 0), &ef);
+        let out = drain(&mut c, 0);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].washed, wash, "queued packet, wash {wash}");
+        // EF still chose the Voice tin: the wash comes after the classification.
+        assert_eq!(c.stats().tins[2].sent_packets, 1, "wash {wash}");
+        let mut passed = [pkt(100, 0, 1), pkt(100, 0, 2)];
+        c.rewrite_passed(&mut passed, &[ef, ef]);
+        assert!(
+            passed.iter().all(|p| p.washed == wash),
+            "passed packets, wash {wash}"
+        );
+    }
+}

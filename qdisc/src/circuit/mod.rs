@@ -678,6 +678,19 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
         done
     }
 
+    /// Washes each passed packet whose circuit's CAKE washes (its instance exists: the
+    /// bypass created it).
+    fn rewrite_passed(&self, pkts: &mut [P], metas: &[PacketMeta]) {
+        for (pkt, meta) in pkts.iter_mut().zip(metas) {
+            let inst = self.slots[self.class_of(meta) as usize].inst;
+            if let Some(i) = self.insts.get(inst as usize) {
+                if i.cake.config().wash {
+                    pkt.wash_dscp();
+                }
+            }
+        }
+    }
+
     /// Sets the link cap (the share the cake_mq sync gives this queue); circuits keep
     /// their plans. A pure parameter write.
     fn set_rate(&mut self, rate: Rate) {

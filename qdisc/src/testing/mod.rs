@@ -30,6 +30,8 @@ pub struct TestPacket {
     pub sent_ns: u64,
     /// TCP ACK facts returned to the ACK filter (`None`: not TCP).
     pub ack: Option<TcpAckInfo>,
+    /// Set when the qdisc washed its DSCP.
+    pub washed: bool,
 }
 
 impl TestPacket {
@@ -43,6 +45,7 @@ impl TestPacket {
             seq,
             sent_ns: 0,
             ack: None,
+            washed: false,
         }
     }
 }
@@ -57,6 +60,10 @@ impl Packet for TestPacket {
             self.ce = true;
         }
         self.ect
+    }
+
+    fn wash_dscp(&mut self) {
+        self.washed = true;
     }
 
     fn tcp_ack_info(&self) -> Option<TcpAckInfo> {

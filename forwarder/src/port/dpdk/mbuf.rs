@@ -118,6 +118,11 @@ impl Packet for Mbuf {
         crate::wire::set_ce(self.data_mut())
     }
 
+    #[inline]
+    fn wash_dscp(&mut self) {
+        crate::wire::wash_dscp(self.data_mut());
+    }
+
     fn tcp_ack_info(&self) -> Option<TcpAckInfo> {
         crate::wire::tcp_ack_info(self.data())
     }

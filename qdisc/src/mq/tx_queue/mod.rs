@@ -362,6 +362,11 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                         return self.push_intake(pkt, meta);
                     }
                     if r.qdisc.is_empty() && r.qdisc.try_bypass(now_ns, &pkt, meta) {
+                        let mut pkt = pkt;
+                        r.qdisc.rewrite_passed(
+                            std::slice::from_mut(&mut pkt),
+                            std::slice::from_ref(meta),
+                        );
                         r.counters.bypassed += 1;
                         r.counters.sent_bytes += pkt.len() as u64;
                         return Intake::Bypass(pkt);
@@ -460,6 +465,9 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 crate::BurstBypass::default()
             };
             let first = done.packets.min(pkts.len());
+            if first > 0 {
+                r.qdisc.rewrite_passed(&mut pkts[..first], &metas[..first]);
+            }
             let mut queued_bytes = 0u64;
             for (pkt, meta) in pkts.drain(first..).zip(metas[first..].iter_mut()) {
                 if lazy {

@@ -1,0 +1,33 @@
+//! Helpers shared by the integration tests that run the real binary on pcap files: write
+//! the frames a test made into a capture, read back what port b transmitted.
+
+use std::path::Path;
+
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::DataLink;
+
+/// Writes `frames` to `path` as an Ethernet capture, 100 µs apart.
+pub(crate) fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let file = std::fs::File::create(path).expect("create the input pcap");
+    let header = PcapHeader {
+        datalink: DataLink::ETHERNET,
+        ..Default::default()
+    };
+    let mut w = PcapWriter::with_header(file, header).expect("write a pcap header");
+    for (i, f) in frames.iter().enumerate() {
+        let ts = std::time::Duration::from_micros(i as u64 * 100);
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+            .expect("write a frame");
+    }
+}
+
+/// Every frame of the capture at `path`, in order.
+pub(crate) fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    let file = std::fs::File::open(path).expect("open the output pcap");
+    let mut r = PcapReader::new(file).expect("the output is a pcap");
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        out.push(p.expect("a readable frame").data.into_owned());
+    }
+    out
+}

@@ -398,11 +398,14 @@ proptest! {
         rates in proptest::collection::vec(proptest::option::of(1u64..100), 1..10),
         link in 0u64..500,
         ops in proptest::collection::vec(op(), 1..300),
+        total in proptest::option::of(1usize..200),
     ) {
         let mut config = CircuitShaperConfig {
             plans: rates.iter().map(|r| r.map(|m| CircuitPlan::new(mbit(m)))).collect(),
             idle_release_ns: 20 * MS,
             circuit_packet_limit: 64,
+            // Sometimes a shared limit below what the circuits may hold together.
+            total_packet_limit: total.unwrap_or(usize::MAX),
             ..CircuitShaperConfig::default()
         };
         config.link.rate = mbit(link);

@@ -43,6 +43,9 @@ struct State {
     settings: CircuitsSettings,
     /// Each direction's CAKE options (what circuits inherit).
     cakes: [CakeConfig; 2],
+    /// The packets all circuits of one TX queue may hold together: a part of the buffer
+    /// pool that feeds it (`CircuitShaperConfig::total_limit_for_pool`).
+    total_packet_limit: usize,
     slots: SlotMap,
     roster: Roster,
     /// The set last read from the files.
@@ -174,6 +177,7 @@ pub(super) fn prepare(config: &Config, settings: &CircuitsSettings) -> anyhow::R
         state: State {
             settings: settings.clone(),
             cakes,
+            total_packet_limit: total_packet_limit(config),
             slots,
             roster,
             set,
@@ -181,6 +185,11 @@ pub(super) fn prepare(config: &Config, settings: &CircuitsSettings) -> anyhow::R
         },
         lpm,
     })
+}
+
+/// The shared limit of one TX queue's circuits under `config`'s pool and queues.
+pub(crate) fn total_packet_limit(config: &Config) -> usize {
+    CircuitShaperConfig::total_limit_for_pool(config.ports.pool_buffers, config.engine.tx_queues)
 }
 
 impl Prepared {
@@ -247,6 +256,7 @@ fn shaper_config(state: &State, dir: Direction) -> Result<CircuitShaperConfig, S
             .settings
             .memory_limit
             .unwrap_or(defaults.circuit_memory_limit),
+        total_packet_limit: state.total_packet_limit,
         ..defaults
     };
     config
@@ -326,6 +336,7 @@ impl<P: PortBuf> Runtime<P> {
         State {
             settings: s.settings.clone(),
             cakes: s.cakes.clone(),
+            total_packet_limit: s.total_packet_limit,
             slots: SlotMap::default(),
             roster: Roster::default(),
             set: s.set.clone(),

@@ -350,8 +350,22 @@ pub fn pool_warning(config: &Config) -> Option<String> {
         .max()
         .unwrap_or_default();
     let (limit_bytes, packet_limit) = limit_bytes;
-    let per_queue =
-        (limit_bytes / config.ports.buffer_size.max(1) as u64).min(u64::from(packet_limit));
+    let per_queue = if config.circuits.is_some() {
+        // Circuits: each queue's circuits together hold at most their shared limit, which
+        // is sized from the pool; only the rings can still take it over.
+        circuits::total_packet_limit(config) as u64
+    } else {
+        (limit_bytes / config.ports.buffer_size.max(1) as u64).min(u64::from(packet_limit))
+    };
+    let limit_what = if config.circuits.is_some() {
+        "under the circuits' shared limit".to_string()
+    } else {
+        format!(
+            "under CAKE's memory limit of {:.1} MiB per queue at {} bytes per buffer",
+            limit_bytes as f64 / f64::from(1u32 << 20),
+            config.ports.buffer_size
+        )
+    };
     let engine = &config.engine;
     let queues = engine.tx_queues as u64;
     let rings_per_queue = if engine.workers > 1 {
@@ -373,9 +387,7 @@ pub fn pool_warning(config: &Config) -> Option<String> {
     };
     (can_hold > pool).then(|| {
         format!(
-            "the {queues} TX queue(s) of a port may hold up to {can_hold} buffers ({in_cake} under CAKE's memory limit of {:.1} MiB per queue at {} bytes per buffer{rings}), more than the {pool} of the pool that feeds them: under overload the pool runs dry and receiving stalls before CAKE drops anything; raise ports.pool_buffers to {can_hold} or lower shaper.memlimit",
-            limit_bytes as f64 / f64::from(1u32 << 20),
-            config.ports.buffer_size,
+            "the {queues} TX queue(s) of a port may hold up to {can_hold} buffers ({in_cake} {limit_what}{rings}), more than the {pool} of the pool that feeds them: under overload the pool runs dry and receiving stalls before CAKE drops anything; raise ports.pool_buffers to {can_hold} or lower shaper.memlimit"
         )
     })
 }
@@ -529,5 +541,22 @@ mod tests {
             None,
             "the FIFO has its own small limit"
         );
+    }
+
+    #[test]
+    fn circuits_fit_the_pool_by_their_shared_limit() {
+        let with = |engine: &str| {
+            Config::from_toml_str(&format!(
+                "[shaper]\nrate = \"10gbit\"\n[circuits]\nfiles = [\"ShapedDevices.csv\"]\n[engine]\n{engine}"
+            ))
+            .unwrap()
+        };
+        // Ten thousand circuits may each hold 2048 packets, but together at most three
+        // quarters of the pool: no warning at a link rate whose CAKE limit would not fit.
+        let one = with("tx_queues = 1");
+        assert_eq!(circuits::total_packet_limit(&one), 16384 * 3 / 4);
+        assert_eq!(pool_warning(&one), None);
+        let w = pool_warning(&with("tx_queues = 2\nworkers = 2")).expect("the rings");
+        assert!(w.contains("under the circuits' shared limit"), "{w}");
     }
 }

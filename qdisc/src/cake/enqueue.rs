@@ -241,6 +241,24 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         result
     }
 
+    /// Drops the head of this instance's fattest flow to make room in a budget it shares
+    /// with other instances (a parent's, as the circuit shaper's `total_packet_limit`).
+    /// Returns the dropped packet's wire bytes, or `None` when nothing is queued. Counted
+    /// as an overflow drop, like the instance's own limits.
+    pub fn drop_for_space(&mut self, now_ns: u64) -> Option<u64> {
+        let now = self.clamp_now(now_ns);
+        for _ in 0..2 {
+            if self.qlen == 0 {
+                return None;
+            }
+            // A stale heap is rebuilt by the first try; the second then finds a head.
+            if let Some(bytes) = self.drop_fattest(now) {
+                return Some(bytes);
+            }
+        }
+        None
+    }
+
     /// Drops from the fattest flows until the queue is within its byte and packet limits
     /// (sch_cake.c's overflow loop), adding the drops to `result`. Out of line: it runs only
     /// over the limits.

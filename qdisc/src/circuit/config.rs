@@ -96,6 +96,12 @@ pub struct CircuitShaperConfig {
     /// The packet limit of each circuit's instance (the smaller of this and its plan's
     /// `cake.packet_limit`): the most its packet slab grows to.
     pub circuit_packet_limit: u32,
+    /// The most packets all circuits together may hold; over it, each enqueue drops from
+    /// the circuit that holds the most (when it holds at least twice the average, else from
+    /// the arriving packet's own circuit). The forwarder sets it from the buffer pool that
+    /// feeds the queue, so that a flood at a few circuits cannot empty the pool and stall
+    /// receiving for every other subscriber. `usize::MAX`: no shared limit.
+    pub total_packet_limit: usize,
     /// Released instances kept for reuse; more are freed. None is built before a
     /// circuit needs it.
     pub spare_instances: usize,
@@ -115,6 +121,7 @@ impl Default for CircuitShaperConfig {
             idle_release_ns: 30_000_000_000,
             circuit_memory_limit: 4 << 20,
             circuit_packet_limit: 2048,
+            total_packet_limit: usize::MAX,
             spare_instances: 16,
             rate_tree: None,
         }
@@ -164,6 +171,9 @@ pub enum CircuitConfigError {
         "circuit_packet_limit 0 would drop every packet; use at least 1 (the default is 2048)"
     )]
     ZeroPacketLimit,
+    /// A zero limit for all circuits together.
+    #[error("total_packet_limit 0 would drop every packet; use at least 1 (usize::MAX for no shared limit)")]
+    ZeroTotalPacketLimit,
 }
 
 /// The most slots a config may have: slot `u32::MAX - 1` is the last one a `u32` index can
@@ -181,6 +191,9 @@ impl CircuitShaperConfig {
         }
         if self.circuit_packet_limit == 0 {
             return Err(CircuitConfigError::ZeroPacketLimit);
+        }
+        if self.total_packet_limit == 0 {
+            return Err(CircuitConfigError::ZeroTotalPacketLimit);
         }
         if self.plans.len() > MAX_SLOTS {
             return Err(CircuitConfigError::TooManySlots {

@@ -23,6 +23,7 @@ mod config;
 mod gate;
 mod reconfig;
 mod sched;
+mod shed;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -121,6 +122,8 @@ pub struct CircuitShaper<P> {
     retired: CircuitCounters,
     /// The node tree the circuits share, when the config carries one (`tree.rs`).
     tree: Option<tree::TreeLink>,
+    /// The total packet limit's bookkeeping (`shed.rs`).
+    shed: shed::Shed,
 }
 
 impl<P: Packet> CircuitShaper<P> {
@@ -145,6 +148,7 @@ impl<P: Packet> CircuitShaper<P> {
             last_now: 0,
             retired: CircuitCounters::default(),
             tree: tree::TreeLink::for_config(config, None),
+            shed: shed::Shed::default(),
         };
         s.grow(config.plans.len() + 1);
         s.slots[DEFAULT_ID as usize].planned = true;
@@ -544,6 +548,12 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
                 // Taken for a packet it dropped at once: it waits for release as if used.
                 self.mark_empty(id, now);
             }
+        }
+        self.shed.saw(id, after.0);
+        let mut r = r;
+        if self.qlen > self.config.total_packet_limit {
+            crate::cold_path();
+            self.shed_over_total(now, id, &mut r);
         }
         r
     }

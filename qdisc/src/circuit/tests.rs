@@ -360,3 +360,68 @@ fn a_multi_queue_of_circuit_shapers_reconfigures_in_place() {
     };
     assert!(mq.reconfigure(&bad).is_err());
 }
+
+#[test]
+fn a_flood_at_a_few_circuits_pays_the_shared_limit_and_spares_the_others() {
+    // 23 circuits at 1 Mbit/s, each allowed 2048 packets, all together 300.
+    let c = CircuitShaperConfig {
+        total_packet_limit: 300,
+        ..config(&[1; 23])
+    };
+    let mut q = shaper(&c);
+    let (mut offered, mut dropped) = (0u64, 0u64);
+    fn offer(q: &mut CircuitShaper<TestPacket>, slot: u32, seq: u64) -> u64 {
+        let r = q.enqueue(0, TestPacket::new(100, slot, seq), &meta(Some(slot), slot));
+        if r.dropped_packets > 0 {
+            assert_eq!(r.reason, Some(DropReason::Overflow));
+        }
+        u64::from(r.dropped_packets)
+    }
+    // Twenty quiet subscribers queue five packets each...
+    for slot in 3..23 {
+        for seq in 0..5 {
+            dropped += offer(&mut q, slot, seq);
+            offered += 1;
+        }
+    }
+    // ...then three are flooded, interleaved, far beyond the shared limit.
+    for seq in 0..3000 {
+        dropped += offer(&mut q, (seq % 3) as u32, seq);
+        offered += 1;
+        assert!(q.len() <= 300, "over the shared limit: {}", q.len());
+    }
+    q.check_invariants().unwrap();
+    assert_eq!(offered, dropped + q.len() as u64, "conservation");
+    for slot in 3..23 {
+        let s = q.circuit_stats(slot).unwrap();
+        assert_eq!(
+            s.counters.drops.iter().sum::<u64>(),
+            0,
+            "quiet circuit {slot} lost packets"
+        );
+        assert_eq!(q.instance(slot).unwrap().len(), 5);
+    }
+    // The flooded three share what is left about evenly.
+    let flooded: Vec<usize> = (0..3).map(|s| q.instance(s).unwrap().len()).collect();
+    assert!(
+        flooded.iter().all(|&n| (50..=80).contains(&n)),
+        "flooded circuits' queues: {flooded:?}"
+    );
+    // Lowering the limit sheds the excess over the next enqueues, from the largest.
+    let mut lower = c.clone();
+    lower.total_packet_limit = 150;
+    q.reconfigure(&lower).unwrap();
+    for seq in 0..100 {
+        dropped += offer(&mut q, (seq % 3) as u32, 10_000 + seq);
+        offered += 1;
+    }
+    assert!(q.len() <= 150, "{}", q.len());
+    assert_eq!(
+        offered,
+        dropped + q.len() as u64,
+        "conservation after lowering"
+    );
+    for slot in 3..23 {
+        assert_eq!(q.instance(slot).unwrap().len(), 5, "quiet circuit {slot}");
+    }
+}

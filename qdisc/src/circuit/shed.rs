@@ -1,0 +1,116 @@
+//! The circuits' shared packet limit ([`CircuitShaperConfig::total_packet_limit`]). Every
+//! circuit's CAKE bounds its own queue, but ten thousand bounds add up to more buffers than
+//! any pool holds: a flood at a few subscribers would empty the pool that feeds the port,
+//! and receiving would stall for all of them. Over the shared limit an enqueue drops from
+//! the circuit that holds the most, as sch_cake.c's `cake_drop` drops from the fattest
+//! flow, so the flooded circuits pay and the others keep their buffers.
+//!
+//! Finding the largest of thousands of queues on every drop would cost a scan per packet
+//! under a flood. A candidate is kept instead: each enqueue compares the circuit's length
+//! with the candidate's last known one (two numbers already in hand, no other instance
+//! touched), and a drop reads the candidate's real length. A candidate that has shrunk
+//! below twice the average is replaced by a full scan, at most once every
+//! `max(64, active / 8)` drops; between scans the arriving packet's own circuit pays.
+
+use super::{CircuitShaper, CircuitShaperConfig, NIL};
+use crate::{DropReason, Enqueued, Packet, Qdisc};
+
+/// The candidate and the scan budget.
+#[derive(Debug, Default)]
+pub(super) struct Shed {
+    /// The circuit (id) that held the most packets when last looked at.
+    fattest: Option<u32>,
+    /// Its length then: an upper bound once it has sent since.
+    fattest_len: usize,
+    /// Drops until the next full scan is allowed.
+    scan_in: usize,
+}
+
+impl Shed {
+    /// Notes that circuit `id` holds `len` packets after an enqueue.
+    #[inline]
+    pub(super) fn saw(&mut self, id: u32, len: usize) {
+        if len > self.fattest_len || self.fattest.is_none() {
+            self.fattest = Some(id);
+            self.fattest_len = len;
+        }
+    }
+}
+
+impl<P: Packet> CircuitShaper<P> {
+    /// Drops from the largest circuits until all together hold at most the shared limit
+    /// (or nothing more can go), adding the drops to `r`. `arriving` is the circuit that
+    /// just took a packet.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn shed_over_total(&mut self, now: u64, arriving: u32, r: &mut Enqueued) {
+        let limit = self.config.total_packet_limit;
+        // One enqueue adds one packet: a couple of drops bring it back under, unless the
+        // limit was just lowered; the rest then goes over the next enqueues.
+        for _ in 0..64 {
+            if self.qlen <= limit {
+                break;
+            }
+            let victim = self.shed_victim(arriving);
+            let idx = self.slots[victim as usize].inst;
+            if idx == NIL {
+                break;
+            }
+            let (dropped, _, _) = self.with_instance(idx as usize, |c| c.drop_for_space(now));
+            let Some(bytes) = dropped else { break };
+            let s = &mut self.slots[victim as usize];
+            s.counters.drops[DropReason::Overflow.index()] += 1;
+            s.counters.dropped_bytes += bytes;
+            if r.dropped_packets == r.ack_filtered {
+                r.reason = Some(DropReason::Overflow);
+            }
+            r.dropped_packets += 1;
+            r.dropped_bytes += bytes;
+        }
+    }
+
+    /// The circuit to drop from: the candidate when it holds at least twice the average,
+    /// else the largest found by a scan (when one is due and it is that large), else the
+    /// arriving circuit.
+    fn shed_victim(&mut self, arriving: u32) -> u32 {
+        let active = self.insts.len().max(1);
+        let big = 2 * (self.qlen / active).max(1);
+        if let Some(f) = self.shed.fattest {
+            let idx = self.slots[f as usize].inst;
+            if idx != NIL {
+                let len = self.insts[idx as usize].cake.len();
+                self.shed.fattest_len = len;
+                if len >= big {
+                    return f;
+                }
+            }
+        }
+        if self.shed.scan_in > 0 {
+            self.shed.scan_in -= 1;
+            return arriving;
+        }
+        self.shed.scan_in = (active / 8).max(64);
+        let largest = self
+            .insts
+            .iter()
+            .map(|i| (i.cake.len(), i.owner))
+            .max()
+            .unwrap_or((0, arriving));
+        self.shed.fattest = Some(largest.1);
+        self.shed.fattest_len = largest.0;
+        if largest.0 >= big {
+            largest.1
+        } else {
+            arriving
+        }
+    }
+}
+
+impl CircuitShaperConfig {
+    /// The shared limit for a shaper fed by a pool of `pool_buffers` buffers that
+    /// `queues` such shapers share: three quarters of each one's part, so that the rings
+    /// and ports keep the rest.
+    pub fn total_limit_for_pool(pool_buffers: usize, queues: usize) -> usize {
+        (pool_buffers / queues.max(1) * 3 / 4).max(1)
+    }
+}

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::{read_pcap, write_pcap};
+use common::{run_pcap, write_pcap};
 
 /// The subscribers: PPPoE session ID, VLAN ID and address; subscriber `i` is circuit `i + 1`
 /// (and circuit 4, at an address no frame carries, must count nothing).
@@ -138,17 +138,8 @@ fn forward(up: bool) -> (serde_json::Value, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     if !up {
         cmd.args(["--set", "ports.uplink=\"a\""]);
     }
-    let out = cmd.output().expect("run cakewalk");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read_to_string(&stats).unwrap_or_default();
-    let report = serde_json::from_str(text.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("no final report ({e}): {text}"));
-    (report, sent, read_pcap(&output))
+    let (report, received) = run_pcap(cmd, &stats, &output);
+    (report, sent, received)
 }
 
 fn sorted(mut v: Vec<Vec<u8>>) -> Vec<Vec<u8>> {

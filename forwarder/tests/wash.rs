@@ -8,7 +8,7 @@
 use std::process::Command;
 
 mod common;
-use common::{read_pcap, write_pcap};
+use common::{run_pcap, write_pcap};
 
 /// The subscribers (circuit `i + 1` holds address `i`).
 const SUBSCRIBERS: [&str; 2] = ["100.64.0.1", "2001:db8:2::1"];
@@ -96,8 +96,8 @@ fn forward(
     std::fs::write(dir.path().join("ShapedDevices.csv"), csv).unwrap();
     let config_path = dir.path().join("cakewalk.toml");
     std::fs::write(&config_path, config).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cakewalk"))
-        .args(["run", "--config"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cakewalk"));
+    cmd.args(["run", "--config"])
         .arg(&config_path)
         .args(["--port-kind", "pcap", "--input"])
         .arg(&input)
@@ -105,20 +105,10 @@ fn forward(
         .arg(&output)
         .arg("--stats-json")
         .arg(&stats)
-        .args(["--rate", rate, "--duration", "20s", "--control", "off"])
-        .output()
-        .expect("run cakewalk");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read_to_string(&stats).unwrap_or_default();
-    let report: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("no final report ({e}): {text}"));
+        .args(["--rate", rate, "--duration", "20s", "--control", "off"]);
+    let (report, received) = run_pcap(cmd, &stats, &output);
     assert_eq!(report["conservation"]["ok"], true, "{report}");
-    (report, sent, read_pcap(&output))
+    (report, sent, received)
 }
 
 /// The frames of subscriber `i` in `frames`.

@@ -1,7 +1,9 @@
 //! Helpers shared by the integration tests that run the real binary on pcap files: write
-//! the frames a test made into a capture, read back what port b transmitted.
+//! the frames a test made into a capture, run the binary, read back what port b
+//! transmitted and the final report.
 
 use std::path::Path;
+use std::process::Command;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
@@ -30,4 +32,25 @@ pub(crate) fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
         out.push(p.expect("a readable frame").data.into_owned());
     }
     out
+}
+
+/// Runs `cmd` (a `cakewalk run` whose stats go to `stats` and whose port b writes
+/// `output`), checks that it succeeded, and returns its final JSON report and the frames
+/// port b wrote.
+pub(crate) fn run_pcap(
+    mut cmd: Command,
+    stats: &Path,
+    output: &Path,
+) -> (serde_json::Value, Vec<Vec<u8>>) {
+    let out = cmd.output().expect("run cakewalk");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(stats).unwrap_or_default();
+    let report = serde_json::from_str(text.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no final report ({e}): {text}"));
+    (report, read_pcap(output))
 }

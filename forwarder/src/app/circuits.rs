@@ -32,6 +32,7 @@ use crate::direction::Direction;
 use crate::port::PortBuf;
 use crate::stats::circuits::{
     CircuitDirRow, CircuitRow, CircuitTinRow, CircuitsReport, NodeDirRow, NodeRow, SortBy,
+    TreeReport,
 };
 use crate::stats::CircuitMetrics;
 
@@ -51,6 +52,8 @@ struct State {
     /// The set last read from the files.
     set: CircuitSet,
     overrides: RateOverrides,
+    /// Each direction's node tree (`None` without nodes), shared by its queues' configs.
+    trees: [Option<TreeRef>; 2],
 }
 
 /// The last successful reading of every circuit direction, by (direction, slot): interval
@@ -68,6 +71,10 @@ struct Seen {
     at_ns: u64,
     row: CircuitDirRow,
 }
+
+/// One direction as [`Runtime::read`] found it: each circuit's figures, the instances in
+/// use, their memory, and the tree's counters.
+type Read = (HashMap<u32, Figures>, usize, u64, Option<TreeReport>);
 
 /// Tries at reading a busy queue before a report goes without it.
 const READ_TRIES: usize = 1000;
@@ -173,18 +180,21 @@ pub(super) fn prepare(config: &Config, settings: &CircuitsSettings) -> anyhow::R
     for line in roster.summary_lines(&cakes.clone().map(|c| c.rate)) {
         crate::log_line!("circuits: {line}");
     }
-    Ok(Prepared {
-        state: State {
-            settings: settings.clone(),
-            cakes,
-            total_packet_limit: total_packet_limit(config),
-            slots,
-            roster,
-            set,
-            overrides: RateOverrides::new(),
-        },
-        lpm,
-    })
+    let mut state = State {
+        settings: settings.clone(),
+        cakes,
+        total_packet_limit: total_packet_limit(config),
+        slots,
+        roster,
+        set,
+        overrides: RateOverrides::new(),
+        trees: [None, None],
+    };
+    for dir in Direction::BOTH {
+        let (tree, _) = tree_for(&state, dir, None).map_err(anyhow::Error::msg)?;
+        state.trees[dir.index()] = tree;
+    }
+    Ok(Prepared { state, lpm })
 }
 
 /// The shared limit of one TX queue's circuits under `config`'s pool and queues.
@@ -209,8 +219,53 @@ impl Prepared {
     }
 }
 
-/// The circuit shaper configuration of `dir` in `state`.
+/// The circuit shaper configuration of `dir` in `state`, with the direction's tree as
+/// `state.trees` holds it.
 fn shaper_config(state: &State, dir: Direction) -> Result<CircuitShaperConfig, String> {
+    Ok(CircuitShaperConfig {
+        rate_tree: state.trees[dir.index()].clone(),
+        ..plans_config(state, dir)?
+    })
+}
+
+/// The tree leaves and max changes of one direction: [`tree_for`]'s answer.
+type TreeChoice = (Option<TreeRef>, Vec<(u32, Rate)>);
+
+/// The node tree of `dir` in `state` (`None` without nodes): `old` itself, with the leaf
+/// maxes to change in it, when `state` differs from it in circuit plan rates alone (a
+/// reload that changed rates, `ctl circuit set`): no new tree, every queue keeps its meters
+/// (docs/circuits.md, "Commands"); a new tree otherwise. Changes nothing yet.
+fn tree_for(state: &State, dir: Direction, old: Option<&TreeRef>) -> Result<TreeChoice, String> {
+    if state.roster.nodes.is_empty() {
+        return Ok((None, Vec::new()));
+    }
+    let d = dir.index();
+    let config = plans_config(state, dir)?;
+    // Each circuit runs at its share of its nodes' caps: one tree per direction, carried
+    // by the config every TX queue of the direction gets.
+    let nodes: Vec<TreeNode> = state
+        .roster
+        .nodes
+        .iter()
+        .map(|n| TreeNode {
+            parent: n.parent.map(|p| p as u32),
+            cap: n.caps[d].map(Rate::from_bits_per_sec),
+            is_virtual: n.is_virtual,
+        })
+        .collect();
+    let sync = TreeSyncConfig::for_leaves(config.plans.len());
+    if let Some(old) = old {
+        if let Some(changes) = old.max_changes(&config, &nodes, sync) {
+            return Ok((Some(old.clone()), changes));
+        }
+    }
+    let tree = TreeRef::build(&config, &nodes, sync)
+        .map_err(|e| format!("{}: the node tree: {e}", dir.name()))?;
+    Ok((Some(tree), Vec::new()))
+}
+
+/// The circuit shaper configuration of `dir` in `state` without its tree.
+fn plans_config(state: &State, dir: Direction) -> Result<CircuitShaperConfig, String> {
     let d = dir.index();
     let plans: Vec<Option<CircuitPlan>> = state
         .roster
@@ -262,27 +317,7 @@ fn shaper_config(state: &State, dir: Direction) -> Result<CircuitShaperConfig, S
     config
         .validate()
         .map_err(|e| format!("{}: {e}", dir.name()))?;
-    if state.roster.nodes.is_empty() {
-        return Ok(config);
-    }
-    // The node tree (network.json): each circuit runs at its share of its nodes' caps. One
-    // tree per direction, carried by the config every TX queue of the direction gets.
-    let nodes: Vec<TreeNode> = state
-        .roster
-        .nodes
-        .iter()
-        .map(|n| TreeNode {
-            parent: n.parent.map(|p| p as u32),
-            cap: n.caps[d].map(Rate::from_bits_per_sec),
-            is_virtual: n.is_virtual,
-        })
-        .collect();
-    let tree = TreeRef::build(&config, &nodes, TreeSyncConfig::default())
-        .map_err(|e| format!("{}: the node tree: {e}", dir.name()))?;
-    Ok(CircuitShaperConfig {
-        rate_tree: Some(tree),
-        ..config
-    })
+    Ok(config)
 }
 
 impl<P: PortBuf> Runtime<P> {
@@ -311,6 +346,12 @@ impl<P: PortBuf> Runtime<P> {
         .map_err(|e| e.to_string())?;
         let lpm = roster.lpm.take();
         next.roster = roster;
+        let mut changes = Vec::new();
+        for dir in Direction::BOTH {
+            let (tree, maxes) = tree_for(&next, dir, state.trees[dir.index()].as_ref())?;
+            next.trees[dir.index()] = tree;
+            changes.push(maxes);
+        }
         let mut configs = Vec::new();
         for dir in Direction::BOTH {
             if let Some(q) = &self.queues[dir.index()] {
@@ -318,6 +359,13 @@ impl<P: PortBuf> Runtime<P> {
                 <CircuitShaper<P> as qdisc::mq::MqQdisc<P>>::validate(&cfg)
                     .map_err(|e| format!("{}: {e}", dir.name()))?;
                 configs.push((q.clone(), cfg));
+            }
+        }
+        // Everything checked: a tree kept takes its new maxes in place, before the queues
+        // see the configs that carry it.
+        for (tree, maxes) in next.trees.iter().zip(&changes) {
+            if let Some(tree) = tree {
+                tree.set_maxes(maxes);
             }
         }
         for (q, cfg) in configs {
@@ -341,6 +389,7 @@ impl<P: PortBuf> Runtime<P> {
             roster: Roster::default(),
             set: s.set.clone(),
             overrides: s.overrides.clone(),
+            trees: [None, None],
         }
     }
 
@@ -348,11 +397,13 @@ impl<P: PortBuf> Runtime<P> {
     /// packets meet one queue, but a reload may have moved nothing, so each is asked), with
     /// the tins of `tins_of` only; plus the instances in use and their memory. Each queue
     /// is read under its runner lock, taken between runs, copying a few words per slot.
-    fn read(&self, dir: Direction, tins_of: Option<u32>) -> (HashMap<u32, Figures>, usize, u64) {
+    /// Also the direction's tree counters (`None` without a tree).
+    fn read(&self, dir: Direction, tins_of: Option<u32>) -> Read {
         let mut out: HashMap<u32, Figures> = HashMap::new();
         let (mut active, mut memory) = (0usize, 0u64);
+        let mut tree: Option<TreeReport> = None;
         let Some(q) = &self.queues[dir.index()] else {
-            return (out, 0, 0);
+            return (out, 0, 0, None);
         };
         for queue in q.queues() {
             let mut got = None;
@@ -365,16 +416,30 @@ impl<P: PortBuf> Runtime<P> {
                             Some((slot, Figures::of(&st, tins_of == Some(slot))))
                         })
                         .collect();
-                    (all, s.active_instances(), s.memory_bytes() as u64)
+                    (
+                        all,
+                        s.active_instances(),
+                        s.memory_bytes() as u64,
+                        s.tree_counters(),
+                    )
                 });
                 if got.is_some() {
                     break;
                 }
                 std::thread::yield_now();
             }
-            let Some((all, a, m)) = got else { continue };
+            let Some((all, a, m, t)) = got else { continue };
             active += a;
             memory += m;
+            if let Some(t) = t {
+                // The queues share one tree: its computations and active leaves once,
+                // each queue's own syncs summed.
+                let sum = tree.get_or_insert_with(TreeReport::default);
+                sum.computations = sum.computations.max(t.computations);
+                sum.active_leaves = sum.active_leaves.max(t.active_leaves);
+                sum.syncs += t.syncs;
+                sum.leaf_syncs += t.leaf_syncs;
+            }
             for (slot, f) in all {
                 match out.get_mut(&slot) {
                     None => {
@@ -384,7 +449,7 @@ impl<P: PortBuf> Runtime<P> {
                 }
             }
         }
-        (out, active, memory)
+        (out, active, memory, tree)
     }
 
     /// The report of every circuit and node; `tins` fills each circuit's tins. Rates are
@@ -460,6 +525,18 @@ impl<P: PortBuf> Runtime<P> {
             unmatched: state.settings.unmatched.show(),
             rows,
             nodes,
+            tree: match (figures[0].3, figures[1].3) {
+                (None, None) => None,
+                (a, b) => {
+                    let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
+                    Some(TreeReport {
+                        computations: a.computations + b.computations,
+                        syncs: a.syncs + b.syncs,
+                        leaf_syncs: a.leaf_syncs + b.leaf_syncs,
+                        active_leaves: a.active_leaves + b.active_leaves,
+                    })
+                }
+            },
         }
     }
 

@@ -145,6 +145,24 @@ pub struct CircuitsReport {
     pub rows: Vec<CircuitRow>,
     /// Every node.
     pub nodes: Vec<NodeRow>,
+    /// The node trees' work, both directions summed (absent without nodes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree: Option<TreeReport>,
+}
+
+/// What the node trees did since start, both directions summed: how often each was
+/// computed and how many circuits the queues synced with it (docs/design.md, "Shared
+/// rates: from cake_mq to a tree"). Their rates over an interval give the sync's cost.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct TreeReport {
+    /// Computations of every circuit's share.
+    pub computations: u64,
+    /// Syncs of the queues (each publishes its live circuits' demands, applies their shares).
+    pub syncs: u64,
+    /// Circuits synced, summed over those syncs.
+    pub leaf_syncs: u64,
+    /// Circuits active in the trees now.
+    pub active_leaves: u64,
 }
 
 /// How `ctl circuits` orders its list.

@@ -31,7 +31,7 @@ mod tree;
 
 pub use config::{CircuitConfigError, CircuitPlan, CircuitShaperConfig, MAX_SLOTS, PLAIN_AQM_NS};
 pub use stats::{CircuitCounters, CircuitStats, CircuitTinStats};
-pub use tree::TreeRef;
+pub use tree::{TreeCounters, TreeRef};
 
 use crate::cake::{CakeConfig, SubscriberCake};
 use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};

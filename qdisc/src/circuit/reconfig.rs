@@ -7,6 +7,13 @@
 //! walk); any other difference through `Cake::reconfigure`, which keeps every packet. A
 //! slot that loses its plan keeps its instance until it has drained; a slot that gains one
 //! starts on its first packet. Nothing queued is ever dropped by a reconfigure.
+//!
+//! Under a node tree a circuit's instance runs at its share, not its plan's rate: a
+//! changed plan keeps the share in force (the tree's sync applies the new one, through
+//! the same `set_rate`), so that the instance never runs at its plan's max, above its
+//! share, between the reconfigure and that sync. When the new config carries the same
+//! tree, changed in place ([`super::TreeRef::max_changes`]), the shaper keeps its link to
+//! it, meters and all.
 
 use std::sync::Arc;
 
@@ -41,6 +48,8 @@ impl<P: Packet> CircuitShaper<P> {
         let old_default = std::mem::replace(&mut self.default_cfg, new_default.clone());
         self.retune(DEFAULT_ID, &old_default, &new_default, now);
 
+        // The tree first: a plan change below keeps the share the (new) tree holds.
+        self.tree = super::tree::TreeLink::for_config(config, self.tree.take());
         let same_limits = old.circuit_memory_limit == config.circuit_memory_limit
             && old.circuit_packet_limit == config.circuit_packet_limit;
         if !(same_limits && Arc::ptr_eq(&old.plans, &config.plans)) {
@@ -68,39 +77,91 @@ impl<P: Packet> CircuitShaper<P> {
                             let want = config.instance_config(plan);
                             let idx = s.inst as usize;
                             let have = self.insts[idx].cake.config().clone();
-                            self.retune(id, &have, &want, now);
+                            match self.tree_wake_rate(id) {
+                                Some(_) => self.retune_keeping_rate(id, &want, now),
+                                None => self.retune(id, &have, &want, now),
+                            }
                         }
                     }
                     (Some(a), Some(b)) => {
                         if a != b || !same_limits {
                             let (o, n) = (old.instance_config(a), config.instance_config(b));
-                            self.retune(id, &o, &n, now);
+                            match self.tree_wake_rate(id) {
+                                // Under the tree: the options change, the rate in force
+                                // stays until the sync applies the tree's share.
+                                Some(_) => self.retune_keeping_rate(id, &n, now),
+                                None => self.retune(id, &o, &n, now),
+                            }
                         }
                     }
                 }
             }
         }
         self.spare.truncate(config.spare_instances);
-        self.tree = super::tree::TreeLink::for_config(config, self.tree.take());
         Ok(())
+    }
+
+    /// [`Self::retune`] to `new` under a node tree: what differs but the rate through
+    /// `Cake::reconfigure`, with the rate in force now (the tree's share) kept; nothing at
+    /// all when only the rate differs.
+    fn retune_keeping_rate(&mut self, id: u32, new: &CakeConfig, now: u64) {
+        let idx = self.slots[id as usize].inst;
+        if idx == NIL {
+            return;
+        }
+        let cake = &self.insts[idx as usize].cake;
+        let have = cake.config().clone();
+        let want = CakeConfig {
+            rate: have.rate,
+            ..new.clone()
+        };
+        if want != have {
+            let rate = cake.current_rate();
+            self.retune_to(id, &have, &want, Some(rate), now);
+        }
     }
 
     /// Moves `id`'s instance, if any, from `old` to `new`: `set_rate` for a rate-only
     /// difference, a full reconfigure otherwise; then places it again in the scheduler
     /// when its shaper's next send time moved.
     pub(super) fn retune(&mut self, id: u32, old: &CakeConfig, new: &CakeConfig, now: u64) {
+        self.retune_to(id, old, new, None, now);
+    }
+
+    /// [`Self::retune`], and then `set_rate(rate)` when a rate is given (after a full
+    /// reconfigure, which applies `new`'s), even when `old` and `new` are the same.
+    pub(super) fn retune_to(
+        &mut self,
+        id: u32,
+        old: &CakeConfig,
+        new: &CakeConfig,
+        rate: Option<Rate>,
+        now: u64,
+    ) {
         let idx = self.slots[id as usize].inst;
-        if idx == NIL || old == new {
+        if idx == NIL || (old == new && rate.is_none()) {
             return;
         }
         let cake = &mut self.insts[idx as usize].cake;
-        if rate_only(old, new) {
-            cake.set_rate(new.rate);
-        } else {
-            // Validated with the config; on a refusal the instance keeps working as it was.
-            let _ = cake.reconfigure(new);
+        if old != new {
+            if rate_only(old, new) {
+                cake.set_rate(new.rate);
+            } else {
+                // Validated with the config; on a refusal the instance keeps working as it
+                // was.
+                let _ = cake.reconfigure(new);
+            }
+        }
+        if let Some(rate) = rate.filter(|r| *r != cake.current_rate()) {
+            cake.set_rate(rate);
         }
         let wake = cake.next_wakeup();
+        self.reschedule(id, wake, now);
+    }
+
+    /// Places `id` again in the scheduler after its shaper's next send time moved to
+    /// `wake`: a held circuit waits for the new time, or is ready now.
+    pub(super) fn reschedule(&mut self, id: u32, wake: Option<u64>, now: u64) {
         let quantum = self.gate.quantum();
         let s = &mut self.slots[id as usize];
         if s.sched == Sched::Held {

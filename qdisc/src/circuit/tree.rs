@@ -11,8 +11,7 @@
 
 use std::sync::Arc;
 
-use super::{CircuitShaper, CircuitShaperConfig, DEFAULT_ID, NIL};
-use crate::cake::CakeConfig;
+use super::{CircuitShaper, CircuitShaperConfig, Sched, DEFAULT_ID, NIL};
 use crate::rate_tree::{
     Demand, LeafMeter, RateTree, SharedTree, TreeError, TreeLeaf, TreeNode, TreeSyncConfig,
 };
@@ -41,25 +40,69 @@ impl TreeRef {
         nodes: &[TreeNode],
         sync: TreeSyncConfig,
     ) -> Result<TreeRef, TreeError> {
-        let leaves: Vec<TreeLeaf> = config
-            .plans
-            .iter()
-            .map(|plan| match plan {
-                Some(p) => TreeLeaf {
-                    parent: p.parent,
-                    max: p.rate,
-                    min: p.min.filter(|m| p.rate.is_unlimited() || *m <= p.rate),
-                },
-                None => TreeLeaf {
-                    parent: None,
-                    max: Rate::UNLIMITED,
-                    min: None,
-                },
-            })
-            .collect();
-        let tree = RateTree::new(config.link.rate, nodes, &leaves)?;
+        let tree = RateTree::new(config.link.rate, nodes, &leaves_of(config))?;
         Ok(TreeRef(Arc::new(SharedTree::new(tree, sync))))
     }
+
+    /// The leaves whose max differs between this tree and the one [`TreeRef::build`] would
+    /// build from `config`, `nodes` and `sync`, with their new max, when nothing else
+    /// differs (the same link rate, nodes, parents and mins: a plan's rate changed, by
+    /// `ctl circuit set` or a reload); `None` when something else does, and a tree must
+    /// be built. Reads and allocates nothing of the live tree's; changes nothing.
+    pub fn max_changes(
+        &self,
+        config: &CircuitShaperConfig,
+        nodes: &[TreeNode],
+        sync: TreeSyncConfig,
+    ) -> Option<Vec<(u32, Rate)>> {
+        let shared = &self.0;
+        let leaves = leaves_of(config);
+        if shared.config() != sync
+            || !shared
+                .tree()
+                .same_but_maxes(config.link.rate, nodes, &leaves)
+        {
+            return None;
+        }
+        Some(
+            leaves
+                .iter()
+                .enumerate()
+                .filter(|(i, l)| shared.leaf_max(*i as u32) != l.max)
+                .map(|(i, l)| (i as u32, l.max))
+                .collect(),
+        )
+    }
+
+    /// Applies [`TreeRef::max_changes`] in place ([`SharedTree::set_leaf_max`]): every
+    /// shaper that shares this tree keeps it, with its meters; each changed leaf's owner
+    /// applies its new share with the rate-only `set_rate` at its next sync.
+    pub fn set_maxes(&self, changes: &[(u32, Rate)]) {
+        for &(leaf, max) in changes {
+            self.0.set_leaf_max(leaf, max);
+        }
+    }
+}
+
+/// One leaf per slot of `config`: its plan's rate as max, its min (dropped when above
+/// the max) and parent node.
+fn leaves_of(config: &CircuitShaperConfig) -> Vec<TreeLeaf> {
+    config
+        .plans
+        .iter()
+        .map(|plan| match plan {
+            Some(p) => TreeLeaf {
+                parent: p.parent,
+                max: p.rate,
+                min: p.min.filter(|m| p.rate.is_unlimited() || *m <= p.rate),
+            },
+            None => TreeLeaf {
+                parent: None,
+                max: Rate::UNLIMITED,
+                min: None,
+            },
+        })
+        .collect()
 }
 
 /// The shaper's link to its tree: a meter per member slot and when the next sync is due.
@@ -71,6 +114,9 @@ pub(super) struct TreeLink {
     /// The slots with a meter, in no particular order.
     members: Vec<u32>,
     next_sync_ns: u64,
+    /// Syncs run and member leaves synced (published and applied), for reports.
+    syncs: u64,
+    leaf_syncs: u64,
 }
 
 impl TreeLink {
@@ -89,18 +135,51 @@ impl TreeLink {
             meters: vec![None; leaves],
             members: Vec::with_capacity(leaves),
             next_sync_ns: 0,
+            syncs: 0,
+            leaf_syncs: 0,
+        })
+    }
+}
+
+/// What a shaper's side of its tree did, for reports ([`CircuitShaper::tree_counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TreeCounters {
+    /// Computations of the whole tree so far, by any shaper that shares it.
+    pub computations: u64,
+    /// This shaper's syncs (each publishes its live circuits' demands and applies their
+    /// shares).
+    pub syncs: u64,
+    /// Circuits this shaper synced, summed over its syncs.
+    pub leaf_syncs: u64,
+    /// Leaves of the whole tree active now.
+    pub active_leaves: u64,
+}
+
+impl<P> CircuitShaper<P> {
+    /// What this shaper's side of its node tree did; `None` without a tree.
+    pub fn tree_counters(&self) -> Option<TreeCounters> {
+        let link = self.tree.as_ref()?;
+        Some(TreeCounters {
+            computations: link.shared.computations(),
+            syncs: link.syncs,
+            leaf_syncs: link.leaf_syncs,
+            active_leaves: link.shared.active_leaves() as u64,
         })
     }
 }
 
 impl<P: Packet> CircuitShaper<P> {
-    /// The rate a new instance of `id` starts at under the tree: the share in its leaf's
-    /// slot (its wake share when it was idle); `None` without a tree or for the default
-    /// class.
+    /// The rate a new instance of `id` starts at under the tree: the rate its meter has
+    /// applied while it is a member (so that instance and meter agree, and the sync need
+    /// not read the instance to tell), else the share in its leaf's slot (its wake share
+    /// when it was idle); `None` without a tree or for the default class.
     pub(super) fn tree_wake_rate(&self, id: u32) -> Option<Rate> {
         let link = self.tree.as_ref()?;
         let slot = id.checked_sub(1)?;
-        ((slot as usize) < link.meters.len()).then(|| link.shared.share(slot))
+        match link.meters.get(slot as usize)? {
+            Some((meter, _)) => Some(meter.applied()),
+            None => Some(link.shared.share(slot)),
+        }
     }
 
     /// Syncs the live circuits with the tree when half an interval has passed (see the
@@ -113,34 +192,50 @@ impl<P: Packet> CircuitShaper<P> {
         }
     }
 
+    /// One sync. It reads only the shaper's compact per-slot records and the meters, never
+    /// a circuit's CAKE instance, except to set the rate of one whose share changed: with
+    /// ten thousand live circuits each instance is a cold line in a gigabyte of them, and
+    /// reading two words of each at every sync took 90 % of a worker (`perf record`,
+    /// `scripts/bench-circuits-tree`). So a member's instance always runs at its meter's
+    /// applied rate: set when it joins or is created (`tree_wake_rate`), kept by a
+    /// reconfigure (`retune_keeping_rate`), and changed here only with the meter's.
+    #[inline(never)]
     fn sync_tree_now(&mut self, now: u64) {
         let Some(mut link) = self.tree.take() else {
             return;
         };
         let shared = link.shared.clone();
         link.next_sync_ns = now + shared.config().interval_ns / 2;
-        // Circuits with an instance join.
-        for inst in &self.insts {
-            let slot = inst.owner.wrapping_sub(1);
-            if inst.owner == DEFAULT_ID || slot as usize >= link.meters.len() {
+        // Circuits with an instance join, the instance at the meter's rate.
+        for idx in 0..self.insts.len() {
+            let owner = self.insts[idx].owner;
+            let slot = owner.wrapping_sub(1);
+            if owner == DEFAULT_ID || slot as usize >= link.meters.len() {
                 continue;
             }
             let entry = &mut link.meters[slot as usize];
             if entry.is_none() {
-                let sent = self.slots[inst.owner as usize].counters.sent_bytes;
-                *entry = Some((LeafMeter::new(&shared, slot, now), sent));
+                let sent = self.slots[owner as usize].counters.sent_bytes;
+                let meter = LeafMeter::new(&shared, slot, now);
+                let applied = meter.applied();
+                *entry = Some((meter, sent));
                 link.members.push(slot);
+                if self.insts[idx].cake.current_rate() != applied {
+                    self.set_share(owner, applied, now);
+                }
             }
         }
-        // Every member publishes; one that is idle without an instance leaves.
+        // Every member publishes; one that is idle without an instance leaves. What the
+        // meter asks of the backlog is whether the leaf's shaper held packets back for
+        // want of rate: whether the circuit waits in the timer heap for its own shaper.
+        // Packets on the ready ring wait only for their turn (with a thousand circuits
+        // served per run, nearly every one has a packet there at a sync): counted as held
+        // back, they flipped thin circuits to saturated and back at every sync.
         let mut i = 0;
         while i < link.members.len() {
             let slot = link.members[i];
             let state = &self.slots[slot as usize + 1];
-            let backlog = match state.inst {
-                NIL => 0,
-                idx => self.insts[idx as usize].cake.backlog_bytes(),
-            };
+            let backlog = u64::from(state.sched == Sched::Held);
             let (meter, last_sent) = link.meters[slot as usize]
                 .as_mut()
                 .expect("members have meters");
@@ -154,30 +249,33 @@ impl<P: Packet> CircuitShaper<P> {
                 i += 1;
             }
         }
+        link.syncs += 1;
+        link.leaf_syncs += link.members.len() as u64;
         shared.compute_if_due(now);
-        // Each live member runs at its share (again after a reconfigure set its plan's).
+        // Each member whose share changed runs at it (one without an instance starts at
+        // it when it gets one).
         for &slot in &link.members {
-            let id = slot + 1;
-            let idx = self.slots[id as usize].inst;
-            if idx == NIL {
-                continue;
-            }
             let (meter, _) = link.meters[slot as usize]
                 .as_mut()
                 .expect("members have meters");
-            meter.take_share(&shared);
-            let share = meter.applied();
-            let cake = &self.insts[idx as usize].cake;
-            if cake.current_rate() != share {
-                let old = cake.config().clone();
-                let new = CakeConfig {
-                    rate: share,
-                    ..old.clone()
-                };
-                self.retune(id, &old, &new, now);
+            if let Some(share) = meter.take_share(&shared) {
+                if self.slots[slot as usize + 1].inst != NIL {
+                    self.set_share(slot + 1, share, now);
+                }
             }
         }
         self.tree = Some(link);
+    }
+
+    /// Sets `id`'s instance to `share` through its rate-only path (also a share equal to
+    /// its configured rate, its plan's max: a retune from the configured options to the
+    /// same options with that rate would see no change at all).
+    fn set_share(&mut self, id: u32, share: Rate, now: u64) {
+        let idx = self.slots[id as usize].inst;
+        let cake = &mut self.insts[idx as usize].cake;
+        cake.set_rate(share);
+        let wake = cake.next_wakeup();
+        self.reschedule(id, wake, now);
     }
 }
 
@@ -241,6 +339,178 @@ mod tests {
         for (g, want) in got.iter().zip([15.0, 15.0, 70.0]) {
             assert!((g / want - 1.0).abs() < 0.02, "delivered {got:?} Mbit/s");
         }
+        q.check_invariants().unwrap();
+    }
+
+    /// Link 100 Mbit/s; node 0 capped at 30 over circuits 0 and 1 (plans 50), circuit 2
+    /// (plan `c2` Mbit/s) under the link.
+    fn three_circuits(c2: u64) -> (CircuitShaperConfig, [TreeNode; 1]) {
+        let plan = |mbit: u64, parent: Option<u32>| {
+            let mut p = CircuitPlan::new(Rate::from_bits_per_sec(mbit * MBIT));
+            p.parent = parent;
+            Some(p)
+        };
+        let mut config = CircuitShaperConfig {
+            plans: Arc::from(vec![plan(50, Some(0)), plan(50, Some(0)), plan(c2, None)]),
+            ..CircuitShaperConfig::default()
+        };
+        config.link.rate = Rate::from_bits_per_sec(100 * MBIT);
+        let node = TreeNode {
+            parent: None,
+            cap: Some(Rate::from_bits_per_sec(30 * MBIT)),
+            is_virtual: false,
+        };
+        (config, [node])
+    }
+
+    #[test]
+    fn a_plan_max_changes_in_place_without_a_new_tree_or_a_disturbed_queue() {
+        let sync = TreeSyncConfig::default();
+        let (mut config, nodes) = three_circuits(100);
+        let tree = TreeRef::build(&config, &nodes, sync).unwrap();
+        config.rate_tree = Some(tree.clone());
+        let mut q: CircuitShaper<TestPacket> = CircuitShaper::new(&config).unwrap();
+        let meta = |slot: u32| PacketMeta {
+            circuit: Some(slot),
+            ..udp_meta(slot, 1, slot, 0)
+        };
+        let mut seq = 0;
+        let mut now = 0;
+        let mut run = |q: &mut CircuitShaper<TestPacket>, until: u64, now: &mut u64| {
+            while *now < until {
+                for slot in 0..3u32 {
+                    while q.instance(slot).map_or(0, |c| c.len()) < 8 {
+                        q.enqueue(*now, TestPacket::new(1000, slot, seq), &meta(slot));
+                        seq += 1;
+                    }
+                }
+                while let Dequeue::Packet(_) = q.dequeue(*now) {}
+                *now += 50_000;
+            }
+        };
+        run(&mut q, 100 * MS, &mut now);
+        let mbit = |r: Rate| r.bits_per_sec() / MBIT;
+        let rate_of = |q: &CircuitShaper<TestPacket>, slot: u32| {
+            mbit(q.instance(slot).unwrap().current_rate())
+        };
+        assert_eq!(
+            rate_of(&q, 2),
+            70,
+            "circuit 2 runs at its share, not its plan"
+        );
+        // Circuit 2's plan: 100 -> 40 Mbit/s, nothing else. Only its max differs.
+        let (mut lower, _) = three_circuits(40);
+        let changes = tree.max_changes(&lower, &nodes, sync).expect("in place");
+        assert_eq!(changes, [(2, Rate::from_bits_per_sec(40 * MBIT))]);
+        let (mut capped, _) = three_circuits(100);
+        capped.link.rate = Rate::from_bits_per_sec(90 * MBIT);
+        assert_eq!(
+            tree.max_changes(&capped, &nodes, sync),
+            None,
+            "a link rate is a new tree"
+        );
+        let other_cap = [TreeNode {
+            cap: Some(Rate::from_bits_per_sec(20 * MBIT)),
+            ..nodes[0]
+        }];
+        assert_eq!(
+            tree.max_changes(&lower, &other_cap, sync),
+            None,
+            "a node cap is a new tree"
+        );
+
+        let queues = |q: &CircuitShaper<TestPacket>| {
+            (0..3)
+                .map(|s| {
+                    let c = q.instance(s).unwrap();
+                    (
+                        c.len(),
+                        c.backlog_bytes(),
+                        c.cursors(),
+                        mbit(c.current_rate()),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let before = (queues(&q), q.len(), q.backlog_bytes());
+        let counters = q.tree_counters().unwrap();
+        tree.set_maxes(&changes);
+        lower.rate_tree = Some(tree.clone());
+        q.reconfigure(&lower).unwrap();
+        // No new tree, the shaper's link to it (meters, counters) kept; nothing queued
+        // moved, no cursor moved, and no rate changed yet (not even to the plan's 40).
+        assert!(Arc::ptr_eq(
+            &q.config().rate_tree.as_ref().unwrap().0,
+            &tree.0
+        ));
+        assert_eq!(q.tree_counters().unwrap(), counters);
+        assert_eq!((queues(&q), q.len(), q.backlog_bytes()), before);
+        q.check_invariants().unwrap();
+        // The next sync (half an interval on) applies the new share through set_rate.
+        let next = now + sync.interval_ns / 2;
+        q.dequeue(next);
+        assert_eq!(rate_of(&q, 2), 40, "within one sync");
+        assert_eq!(q.tree_counters().unwrap().syncs, counters.syncs + 1);
+        // What circuit 2 leaves, circuits 0 and 1 cannot take (their node holds them at 30):
+        // their shares stay.
+        assert_eq!((rate_of(&q, 0), rate_of(&q, 1)), (15, 15));
+        now = next;
+        run(&mut q, now + 200 * MS, &mut now);
+        // Raised again: the share follows at the sync that computes next.
+        let (mut higher, _) = three_circuits(100);
+        let changes = tree.max_changes(&higher, &nodes, sync).unwrap();
+        tree.set_maxes(&changes);
+        higher.rate_tree = Some(tree.clone());
+        q.reconfigure(&higher).unwrap();
+        assert_eq!(rate_of(&q, 2), 40);
+        q.dequeue(now + sync.interval_ns / 2);
+        assert_eq!(rate_of(&q, 2), 70);
+        q.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_share_back_at_the_plans_max_is_applied() {
+        // Node 0 capped at 30 over circuits 0 and 1, both with plans of 20: 15 each while
+        // both send; once circuit 1 goes quiet, circuit 0's share is its plan's 20, which
+        // is also its instance's configured rate.
+        let sync = TreeSyncConfig::default();
+        let mut plan = CircuitPlan::new(Rate::from_bits_per_sec(20 * MBIT));
+        plan.parent = Some(0);
+        let mut config = CircuitShaperConfig {
+            plans: Arc::from(vec![Some(plan.clone()), Some(plan)]),
+            ..CircuitShaperConfig::default()
+        };
+        config.link.rate = Rate::from_bits_per_sec(100 * MBIT);
+        let node = TreeNode {
+            parent: None,
+            cap: Some(Rate::from_bits_per_sec(30 * MBIT)),
+            is_virtual: false,
+        };
+        config.rate_tree = Some(TreeRef::build(&config, &[node], sync).unwrap());
+        let mut q: CircuitShaper<TestPacket> = CircuitShaper::new(&config).unwrap();
+        let meta = |slot: u32| PacketMeta {
+            circuit: Some(slot),
+            ..udp_meta(slot, 1, slot, 0)
+        };
+        let (mut seq, mut now) = (0, 0);
+        let mut run =
+            |q: &mut CircuitShaper<TestPacket>, senders: u32, until: u64, now: &mut u64| {
+                while *now < until {
+                    for slot in 0..senders {
+                        while q.instance(slot).map_or(0, |c| c.len()) < 8 {
+                            q.enqueue(*now, TestPacket::new(1000, slot, seq), &meta(slot));
+                            seq += 1;
+                        }
+                    }
+                    while let Dequeue::Packet(_) = q.dequeue(*now) {}
+                    *now += 50_000;
+                }
+            };
+        let rate = |q: &CircuitShaper<TestPacket>| q.instance(0).unwrap().current_rate();
+        run(&mut q, 2, 100 * MS, &mut now);
+        assert_eq!(rate(&q), Rate::from_bits_per_sec(15 * MBIT));
+        run(&mut q, 1, now + 400 * MS, &mut now);
+        assert_eq!(rate(&q), Rate::from_bits_per_sec(20 * MBIT));
         q.check_invariants().unwrap();
     }
 }

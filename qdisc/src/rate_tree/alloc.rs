@@ -18,6 +18,8 @@ const NODE: u32 = 1 << 31;
 #[derive(Debug, Clone, Copy, Default)]
 struct Child {
     want: Want,
+    /// A leaf's ceiling (its max in force); unused for a node.
+    ceil: u64,
     /// Leaf index, or node index | [`NODE`].
     id: u32,
 }
@@ -26,6 +28,7 @@ struct Child {
 struct Active {
     leaf: u32,
     want: Want,
+    ceil: u64,
 }
 
 /// Scratch for computing a [`RateTree`]'s shares; build one per tree and reuse it.
@@ -68,6 +71,23 @@ impl Allocator {
         &mut self,
         tree: &RateTree,
         demands: impl IntoIterator<Item = (u32, Demand)>,
+        publish: impl FnMut(u32, u64),
+    ) {
+        let maxes = demands.into_iter().filter_map(|(leaf, demand)| {
+            let spec = tree.leaves.get(leaf as usize)?;
+            Some((leaf, demand, spec.max))
+        });
+        self.allocate_with_max(tree, maxes, publish);
+    }
+
+    /// [`Allocator::allocate`] with each leaf's max given beside its demand (bytes per
+    /// second, [`NO_CAP`] for none) instead of read from the tree: the max in force after
+    /// an in-place change ([`super::SharedTree::set_leaf_max`]). A min above the max is
+    /// held to the max.
+    pub(super) fn allocate_with_max(
+        &mut self,
+        tree: &RateTree,
+        demands: impl IntoIterator<Item = (u32, Demand, u64)>,
         mut publish: impl FnMut(u32, u64),
     ) {
         let nodes = tree.nodes.len();
@@ -76,7 +96,7 @@ impl Allocator {
         self.count.fill(0);
         // The active leaves, and each one's want added to its parent.
         let mut active = 0;
-        for (leaf, demand) in demands {
+        for (leaf, demand, ceil) in demands {
             let Some(spec) = tree.leaves.get(leaf as usize) else {
                 continue;
             };
@@ -89,12 +109,12 @@ impl Allocator {
                 debug_assert!(false, "a leaf was listed twice");
                 break;
             }
-            let max = used.map_or(spec.max, |d| d.min(spec.max));
+            let max = used.map_or(ceil, |d| d.min(ceil));
             let want = Want {
                 min: spec.min.min(max),
                 max,
             };
-            self.active[active] = Active { leaf, want };
+            self.active[active] = Active { leaf, want, ceil };
             active += 1;
             let p = spec.parent as usize;
             self.want[p] = self.want[p].saturating_add(want.max);
@@ -125,6 +145,7 @@ impl Allocator {
             let p = tree.leaves[a.leaf as usize].parent as usize;
             self.children[self.count[p] as usize] = Child {
                 want: a.want,
+                ceil: a.ceil,
                 id: a.leaf,
             };
             self.count[p] += 1;
@@ -137,6 +158,7 @@ impl Allocator {
                         min: self.floor[n],
                         max: self.want[n],
                     },
+                    ceil: 0,
                     id: n as u32 | NODE,
                 };
                 self.count[p] += 1;
@@ -167,10 +189,10 @@ impl Allocator {
                     // A want below the leaf's max is a thin leaf's use (saturated leaves
                     // want their max): unless the level held it below that, it gets room.
                     let spec = tree.leaves[c.id as usize];
-                    let share = if c.want.max == spec.max || granted < c.want.max {
+                    let share = if c.want.max == c.ceil || granted < c.want.max {
                         granted
                     } else {
-                        thin_share(spec.min, spec.max, c.want.max)
+                        thin_share(spec.min.min(c.ceil), c.ceil, c.want.max)
                     };
                     publish(c.id, share);
                 }

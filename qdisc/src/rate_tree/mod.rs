@@ -21,7 +21,7 @@ mod shared;
 pub(crate) mod water;
 
 pub use alloc::Allocator;
-pub use shared::{LeafMeter, SharedTree, TreeSyncConfig};
+pub use shared::{LeafMeter, SharedTree, TreeSyncConfig, THIN_DEADBAND};
 pub use water::Want;
 
 use crate::Rate;
@@ -111,8 +111,9 @@ struct Leaf {
 }
 
 /// The resolved topology of one direction: the root (index 0, the link) and the shaping
-/// nodes in parent-before-child order, and the leaves. Immutable; a changed plan or tree is
-/// a new `RateTree`.
+/// nodes in parent-before-child order, and the leaves. Immutable: a plan whose max alone
+/// changed is changed in place in the [`SharedTree`] around it
+/// ([`SharedTree::set_leaf_max`]); any other change is a new `RateTree`.
 #[derive(Debug, Clone)]
 pub struct RateTree {
     nodes: Box<[Node]>,
@@ -218,6 +219,46 @@ impl RateTree {
     /// The root's cap (the link rate).
     pub fn root_cap(&self) -> Rate {
         Rate::from_bytes_per_sec(self.nodes[0].cap)
+    }
+
+    /// True when `RateTree::new(root_cap, nodes, leaves)` would build this tree but for
+    /// the leaves' maxes: the same root cap, the same nodes with the same caps, the same
+    /// leaves under the same parents with the same mins. Such a change can be made in
+    /// place ([`SharedTree::set_leaf_max`]) instead of building a tree.
+    pub fn same_but_maxes(&self, root_cap: Rate, nodes: &[TreeNode], leaves: &[TreeLeaf]) -> bool {
+        if self.nodes[0].cap != cap_bps(Some(root_cap)) || leaves.len() != self.leaves.len() {
+            return false;
+        }
+        // Where each configured node landed, as `new` resolves it (one word per node).
+        let mut resolved: Vec<u32> = Vec::with_capacity(nodes.len());
+        let mut shaping = 1usize;
+        for (i, n) in nodes.iter().enumerate() {
+            let parent = match n.parent {
+                None => 0,
+                Some(p) if (p as usize) < i => resolved[p as usize],
+                Some(_) => return false,
+            };
+            if n.is_virtual {
+                resolved.push(parent);
+                continue;
+            }
+            match self.nodes.get(shaping) {
+                Some(have) if have.cap == cap_bps(n.cap) && have.parent == parent => {}
+                _ => return false,
+            }
+            resolved.push(shaping as u32);
+            shaping += 1;
+        }
+        if shaping != self.nodes.len() {
+            return false;
+        }
+        leaves.iter().zip(self.leaves.iter()).all(|(l, have)| {
+            let parent = match l.parent {
+                None => Some(0),
+                Some(p) => resolved.get(p as usize).copied(),
+            };
+            parent == Some(have.parent) && l.min.map_or(0, Rate::bytes_per_sec) == have.min
+        })
     }
 
     /// The share `leaf` applies when it turns active before a computation counts it.

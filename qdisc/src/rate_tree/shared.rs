@@ -62,6 +62,12 @@ struct Slot {
     /// The share the last computation that counted the leaf published (bytes/s,
     /// `u64::MAX` when no cap bounds it).
     share: AtomicU64,
+    /// The leaf's max in force (bytes/s, `u64::MAX` for none): the tree's, until
+    /// [`SharedTree::set_leaf_max`] changes it in place.
+    max: AtomicU64,
+    /// What the leaf applies when it turns active before a computation counts it: the
+    /// tree's wake share, held to the max in force.
+    wake: AtomicU64,
 }
 
 const IDLE: u64 = 0;
@@ -117,8 +123,10 @@ impl SharedTree {
         let slots = (0..tree.leaves() as u32)
             .map(|l| {
                 let slot = Slot::default();
-                slot.share
-                    .store(tree.leaves[l as usize].wake, Ordering::Relaxed);
+                let leaf = &tree.leaves[l as usize];
+                slot.share.store(leaf.wake, Ordering::Relaxed);
+                slot.wake.store(leaf.wake, Ordering::Relaxed);
+                slot.max.store(leaf.max, Ordering::Relaxed);
                 CachePadded::new(slot)
             })
             .collect();
@@ -153,6 +161,41 @@ impl SharedTree {
         self.computations.load(Ordering::Relaxed)
     }
 
+    /// Leaves active now (counted from the bitmap; for reports, not the data path).
+    pub fn active_leaves(&self) -> usize {
+        self.active
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones() as usize)
+            .sum()
+    }
+
+    /// `leaf`'s max in force: its plan's, or what [`SharedTree::set_leaf_max`] set.
+    pub fn leaf_max(&self, leaf: u32) -> Rate {
+        share_rate(self.slots[leaf as usize].max.load(Ordering::Relaxed))
+    }
+
+    /// Changes `leaf`'s max in place (a plan's rate changed, nothing else): no new tree,
+    /// nothing allocated, every other leaf and every owner's meter left as they are. The
+    /// next computation counts the new max, and comes as soon as after a leaf turned
+    /// active or idle (half an interval). A share above the new max is lowered at once,
+    /// so that the leaf's owner applies it at its next sync even before that computation.
+    /// A min above the new max is held to it. Any thread may call it (the control path).
+    pub fn set_leaf_max(&self, leaf: u32, max: Rate) {
+        let slot = &self.slots[leaf as usize];
+        let max = super::cap_bps(Some(max));
+        slot.max.store(max, Ordering::Relaxed);
+        // The wake share stays a fair part with every leaf saturated, never above the max
+        // (a raised max keeps the old wake share until a computation counts the leaf).
+        let wake = self.tree.leaves[leaf as usize].wake.min(max);
+        slot.wake.store(wake, Ordering::Relaxed);
+        // A computation still running may publish a share from the old max once more;
+        // the one the transition brings forward corrects it.
+        if slot.share.load(Ordering::Relaxed) > max {
+            slot.share.store(max, Ordering::Relaxed);
+        }
+        self.transition.store(true, Ordering::Relaxed);
+    }
+
     /// Publishes `leaf`'s demand. Only the owner that runs the leaf may call it, once per
     /// sync. A leaf that turns idle gets its wake share back, so that it starts from a fair
     /// part, not from what it had alone, when it returns before a computation counts it.
@@ -170,7 +213,7 @@ impl SharedTree {
                 // A computation still counting the leaf may overwrite this with the share
                 // of its last demand, which is no worse than before.
                 slot.share
-                    .store(self.tree.leaves[leaf as usize].wake, Ordering::Relaxed);
+                    .store(slot.wake.load(Ordering::Relaxed), Ordering::Relaxed);
             }
             (Demand::Saturated | Demand::Thin(_), false) => {
                 word.fetch_or(bit, Ordering::Release);
@@ -236,10 +279,11 @@ impl SharedTree {
             })
         });
         let demands = active.map(|leaf| {
-            let word = self.slots[leaf as usize].demand.load(Ordering::Relaxed);
-            (leaf, decode(word))
+            let slot = &self.slots[leaf as usize];
+            let word = slot.demand.load(Ordering::Relaxed);
+            (leaf, decode(word), slot.max.load(Ordering::Relaxed))
         });
-        alloc.allocate(&self.tree, demands, |leaf, share| {
+        alloc.allocate_with_max(&self.tree, demands, |leaf, share| {
             self.slots[leaf as usize]
                 .share
                 .store(share, Ordering::Relaxed);
@@ -260,6 +304,10 @@ pub(super) const MIN_ROOM_BPS: u64 = 2 * 1514 * 1_000_000_000 / DEMAND_HORIZON_N
 /// How long a light leaf that went quiet keeps its average reserved (cake_mq's
 /// `SPARSE_HORIZON_NS`, for the same reason: a sparse sender is quiet at most syncs).
 const QUIET_HORIZON_NS: u64 = 100_000_000;
+
+/// A thin leaf's rate moves only when its share moves by more than 1/`THIN_DEADBAND` of it
+/// ([`LeafMeter::take_share`]).
+pub const THIN_DEADBAND: u64 = 8;
 
 /// The owner's side of one leaf: measures what the leaf delivered over each sync window,
 /// publishes its demand, and hands back its share when it changed. Lives with the leaf's
@@ -373,12 +421,27 @@ impl LeafMeter {
     /// The leaf's share if it differs from the rate applied now; the owner applies it with
     /// the shaper's rate-only `set_rate` (never a reconfigure: no tin is cleared, no cursor
     /// moves).
+    ///
+    /// A leaf that was not saturated at its last [`LeafMeter::publish`] keeps its rate
+    /// while the share stays within [`THIN_DEADBAND`] of it: a thin leaf's share is what
+    /// it used plus room ([`crate::rate_tree::Allocator`]), which moves with every packet
+    /// of a slow leaf, and applying each move touches the leaf's shaper, a cold instance
+    /// among thousands, at every sync (with 10 000 circuits, most of a worker). The room is
+    /// at least a quarter of its rate, so the leaf neither runs short nor takes more
+    /// than an eighth of its share from its siblings; a saturated leaf gets every change.
     pub fn take_share(&mut self, tree: &SharedTree) -> Option<Rate> {
         let share = tree.share(self.leaf);
-        (share != self.applied).then(|| {
-            self.applied = share;
-            share
-        })
+        if share == self.applied {
+            return None;
+        }
+        if !self.busy && !share.is_unlimited() && !self.applied.is_unlimited() {
+            let (s, a) = (share.bytes_per_sec(), self.applied.bytes_per_sec());
+            if s.abs_diff(a) <= a / THIN_DEADBAND {
+                return None;
+            }
+        }
+        self.applied = share;
+        Some(share)
     }
 }
 

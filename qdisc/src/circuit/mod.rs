@@ -343,6 +343,9 @@ impl<P: Packet> CircuitShaper<P> {
             // Under a node tree a new instance starts at its share, not its plan's max.
             cake.set_rate(share);
         }
+        if let Some(link) = self.tree.as_mut() {
+            link.join_pending = true;
+        }
         let idx = self.insts.len();
         self.insts.push(Instance { cake, owner: id });
         self.slots[id as usize].inst = idx as u32;

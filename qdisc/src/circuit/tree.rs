@@ -117,6 +117,13 @@ pub(super) struct TreeLink {
     /// Syncs run and member leaves synced (published and applied), for reports.
     syncs: u64,
     leaf_syncs: u64,
+    /// An instance was created since the last sync: the next one looks for joiners (a
+    /// walk over every live instance, skipped otherwise).
+    pub(super) join_pending: bool,
+    /// The tree's computation count when this shaper last read its members' shares: no
+    /// computation since, no share to read (a new max lowers a share in place, but also
+    /// brings the next computation forward).
+    read_at: u64,
 }
 
 impl TreeLink {
@@ -137,6 +144,8 @@ impl TreeLink {
             next_sync_ns: 0,
             syncs: 0,
             leaf_syncs: 0,
+            join_pending: true,
+            read_at: u64::MAX,
         })
     }
 }
@@ -207,7 +216,14 @@ impl<P: Packet> CircuitShaper<P> {
         let shared = link.shared.clone();
         link.next_sync_ns = now + shared.config().interval_ns / 2;
         // Circuits with an instance join, the instance at the meter's rate.
-        for idx in 0..self.insts.len() {
+        let joiners = if link.join_pending {
+            self.insts.len()
+        } else {
+            0
+        };
+        let joined = link.join_pending;
+        link.join_pending = false;
+        for idx in 0..joiners {
             let owner = self.insts[idx].owner;
             let slot = owner.wrapping_sub(1);
             if owner == DEFAULT_ID || slot as usize >= link.meters.len() {
@@ -253,8 +269,16 @@ impl<P: Packet> CircuitShaper<P> {
         link.leaf_syncs += link.members.len() as u64;
         shared.compute_if_due(now);
         // Each member whose share changed runs at it (one without an instance starts at
-        // it when it gets one).
-        for &slot in &link.members {
+        // it when it gets one). The count is read first: a computation that ends while
+        // the shares are read counts as unread.
+        let computed = shared.computations();
+        let members: &[u32] = if computed == link.read_at && !joined {
+            &[]
+        } else {
+            &link.members
+        };
+        link.read_at = computed;
+        for &slot in members {
             let (meter, _) = link.meters[slot as usize]
                 .as_mut()
                 .expect("members have meters");

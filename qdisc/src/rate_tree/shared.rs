@@ -41,14 +41,16 @@ impl Default for TreeSyncConfig {
 }
 
 impl TreeSyncConfig {
-    /// The interval for a tree of `leaves`: 1 ms, or 400 ns per leaf when that is longer
-    /// (4 ms at 10 000 leaves). One computation costs about 28 ns per active leaf
-    /// (BENCHMARKS.md, "Rate tree"), so this keeps the computations of a fully active tree
-    /// near 7 % of one core, and at most twice that while leaves keep turning active or
-    /// idle; a node's idle share is lent within two intervals.
+    /// The interval for a tree of `leaves`: 1 ms, or 1 µs per leaf when that is longer
+    /// (10 ms at 10 000 leaves). One computation costs about 28 ns per active leaf
+    /// (BENCHMARKS.md, "Rate tree"), under 3 % of one core at this interval; an owner's
+    /// sync of a leaf, 10 ns when warm, took a few hundred in the whole binary with
+    /// 10 000 live circuits (cold meters and slots: `scripts/bench-circuits-tree`), and
+    /// it syncs every leaf it runs twice per interval. A node's idle share is lent within
+    /// two intervals.
     pub fn for_leaves(leaves: usize) -> TreeSyncConfig {
         TreeSyncConfig {
-            interval_ns: (leaves as u64 * 400).max(1_000_000),
+            interval_ns: (leaves as u64 * 1_000).max(1_000_000),
             ..TreeSyncConfig::default()
         }
     }

@@ -2,8 +2,9 @@
 //! cleans up after itself ([`lab`]), a counter sampler that runs inside a namespace
 //! ([`sampler`]), starting cakewalk in it ([`cakewalk`]), Markdown tables and the
 //! `BENCHMARKS.md` section writer ([`report`]), the qdisc section from criterion's results
-//! ([`criterion`]), PNG plots ([`plot`]), rate and duration parsing ([`units`]) and a
-//! progress bar that also logs ([`progress`]).
+//! ([`criterion`]) and the other criterion benches' sections ([`sections`]), PNG plots
+//! ([`plot`]), rate and duration parsing ([`units`]) and a progress bar that also logs
+//! ([`progress`]).
 //!
 //! None of this shapes packets; the harnesses compare shapers (kernel HTB/TBF, cakewalk) by
 //! what leaves them on the wire. Every network helper acts only inside namespaces it created.
@@ -15,6 +16,7 @@ pub mod plot;
 pub mod progress;
 pub mod report;
 pub mod sampler;
+pub mod sections;
 pub mod units;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,9 +1,16 @@
 //! Result tables: Markdown rendering, writing `benches/results/<name>.md`, and updating one
 //! harness's section of `BENCHMARKS.md` in place. Each harness owns the text between
 //! `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->`; other sections and any text
-//! outside the markers are left as they are.
+//! outside the markers are left as they are. The section writer itself is
+//! `forwarder::testing::benchmarks`, re-exported here, so the labs in `forwarder/tests` use
+//! the same one.
 
 use std::path::Path;
+
+pub use forwarder::testing::benchmarks::{
+    commit, load_average, machine_line, provenance, run_line, update_section, utc_now, wrap_prose,
+    PROSE_WIDTH,
+};
 
 /// A table with a header row.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -53,102 +60,6 @@ impl Table {
     }
 }
 
-fn markers(name: &str) -> (String, String) {
-    (
-        format!("<!-- bench:{name}:begin -->"),
-        format!("<!-- bench:{name}:end -->"),
-    )
-}
-
-/// Widest prose line [`update_section`] writes: BENCHMARKS.md is read in terminals and diffs.
-pub const PROSE_WIDTH: usize = 100;
-
-/// Wraps the prose lines of Markdown `text` at `width` characters, at spaces. Table rows,
-/// headings, images, HTML comments and fenced code are left as they are, and so is a word
-/// longer than the width; a list item's continuation lines are indented under its text.
-/// Lines are only split, never joined, so wrapping wrapped text changes nothing.
-pub fn wrap_prose(text: &str, width: usize) -> String {
-    let mut out = String::with_capacity(text.len() + text.len() / width.max(1));
-    let mut fenced = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-        }
-        let verbatim = fenced
-            || line.chars().count() <= width
-            || ["|", "#", "!", "<!--", "```"]
-                .iter()
-                .any(|p| line.trim_start().starts_with(p));
-        if verbatim {
-            out.push_str(line);
-            out.push('\n');
-            continue;
-        }
-        let body = line.trim_start();
-        let indent = line.len() - body.len();
-        let marker = ["* ", "- "]
-            .iter()
-            .find(|m| body.starts_with(*m))
-            .map_or(0, |m| m.len());
-        let hang = " ".repeat(indent + marker);
-        let mut current = line[..indent + marker].to_string();
-        let mut empty = true;
-        for word in body[marker..].split(' ').filter(|w| !w.is_empty()) {
-            let fits = current.chars().count() + 1 + word.chars().count() <= width;
-            if !empty && !fits {
-                out.push_str(&current);
-                out.push('\n');
-                current = hang.clone();
-                empty = true;
-            }
-            if !empty {
-                current.push(' ');
-            }
-            current.push_str(word);
-            empty = false;
-        }
-        out.push_str(&current);
-        out.push('\n');
-    }
-    if !text.ends_with('\n') {
-        out.pop();
-    }
-    out
-}
-
-/// Replaces the section `name` of the Markdown file at `path` with `body` (creating the file
-/// with a title, or appending the section, when missing). Text outside the section is kept.
-///
-/// # Errors
-/// I/O errors reading or writing the file.
-pub fn update_section(path: &Path, name: &str, body: &str) -> std::io::Result<()> {
-    let (begin, end) = markers(name);
-    let old = match std::fs::read_to_string(path) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::from(
-            "# Benchmarks\n\nMeasured by the harnesses in `benches/` (one section each, rewritten \
-             by the\nharness that owns it). Kernel numbers are context, not pass/fail.\n",
-        ),
-        Err(e) => return Err(e),
-    };
-    let section = format!(
-        "{begin}\n{}\n{end}",
-        wrap_prose(body.trim_end(), PROSE_WIDTH)
-    );
-    let new = match (old.find(&begin), old.find(&end)) {
-        (Some(b), Some(e)) if e > b => {
-            format!("{}{section}{}", &old[..b], &old[e + end.len()..])
-        }
-        _ => format!("{}\n{section}\n", old.trim_end()),
-    };
-    if let Some(dir) = path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)?;
-        }
-    }
-    std::fs::write(path, new)
-}
-
 /// Writes a harness's result: `body` to `out/<stem>.md`, printed on stdout, and (unless
 /// `to_benchmarks_md` is false) into the section `section` of `root/BENCHMARKS.md`; says on
 /// stderr what it wrote, `png` included (the caller drew it).
@@ -181,58 +92,6 @@ pub fn publish(
         eprintln!("wrote {} and {}", md.display(), png.display());
     }
     Ok(())
-}
-
-/// Returns "YYYY-MM-DD HH:MM UTC" for now (no date crate needed).
-pub fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3600,
-        (rem % 3600) / 60
-    )
-}
-
-/// Returns a one-line description of the machine (CPU model, cores, kernel) for result headers.
-pub fn machine_line() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1).map(|v| v.trim().to_string()))
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    format!("{cpu}, {cores} cores, Linux {kernel}")
-}
-
-/// Returns the 1-minute load average ("1.52"), or "?" when unknown. Other work on the machine
-/// skews timer-driven shapers, so every result header carries it.
-pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(String::from))
-        .unwrap_or_else(|| "?".into())
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 
 use std::fmt::Display;
 
+pub mod benchmarks;
+
 /// The environment variable that, set to `1`, turns every [`skip`] into a failure (`.ci/run`
 /// sets it, and so does `scripts/test` when `CI=true`).
 pub const REQUIRE_PRIVILEGED: &str = "CAKEWALK_REQUIRE_PRIVILEGED";

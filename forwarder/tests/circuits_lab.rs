@@ -47,9 +47,11 @@
 //!
 //! A performance miss is measured once more on a fresh lab; a second miss fails unless the
 //! load average is above twice the core count. Root only and `#[ignore]`: run it with
-//! `scripts/test lab`. A `Drop` guard kills what runs in the namespaces and deletes them on
-//! success, failure and panic. The lab itself (namespaces, switches, VLAN access ports, the
-//! forwarder, the loaded phases and their counters) is `labkit`, shared with `tree_lab.rs`.
+//! `scripts/test lab`; with `CAKEWALK_WRITE_BENCHMARKS=1` (never set in CI) it records its
+//! figures as the `circuits-lab` section of BENCHMARKS.md. A `Drop` guard kills what runs in
+//! the namespaces and deletes them on success, failure and panic. The lab itself
+//! (namespaces, switches, VLAN access ports, the forwarder, the loaded phases and their
+//! counters) is `labkit`, shared with `tree_lab.rs`.
 
 mod labkit;
 
@@ -145,6 +147,54 @@ fn table(p: &Phase, idle: &[(usize, f64, f64)], changed: Option<(u32, u32)>) -> 
         );
     }
     t
+}
+
+/// The circuits-lab section of BENCHMARKS.md: each circuit both ways, before and after the
+/// live change of circuit 3's download plan.
+fn section(p1: &Phase, p2: &Phase, idle: &[(usize, f64, f64)], misses: &[String]) -> String {
+    let (id, mbit) = CHANGED;
+    let mut t = format!(
+        "| circuit | down Mbit/s (of ceiling) | up | after c{id} -> {mbit} Mbit/s: down | up | \
+         ping p99 idle / loaded / after ms |\n|---|---|---|---|---|---|\n"
+    );
+    for (k, s) in SUBSCRIBERS.iter().enumerate() {
+        let cell = |p: &Phase, download: bool, plan: u32| {
+            let bps = if download { p.down[k].bps } else { p.up[k].bps };
+            let r = p.circuit_ratio(k, download, f64::from(plan) * 1e6);
+            format!("{:.2} ({r:.3})", bps / 1e6)
+        };
+        let after_down = if s.id == id { mbit } else { s.down_mbit };
+        let _ = writeln!(
+            t,
+            "| {} {} {}/{} | {} | {} | {} | {} | {:.2} / {:.2} / {:.2} |",
+            s.id,
+            match s.access {
+                Access::V4 => "IPv4".to_string(),
+                Access::V6 => "IPv6".to_string(),
+                Access::V4Vlan(v) => format!("IPv4 VLAN {v}"),
+            },
+            s.down_mbit,
+            s.up_mbit,
+            cell(p1, true, s.down_mbit),
+            cell(p1, false, s.up_mbit),
+            cell(p2, true, after_down),
+            cell(p2, false, s.up_mbit),
+            idle[k].2,
+            p1.ping[k].2,
+            p2.ping[k].2,
+        );
+    }
+    format!(
+        "## Circuits lab (`forwarder/tests/circuits_lab.rs`)\n{t}\n{} Four subscribers \
+         behind port a (IPv4, IPv6, IPv4, IPv4 on a VLAN), {STREAMS} TCP streams each way each \
+         for {PHASE_SECS} s with a ping probe, link 200/100 Mbit/s, then `ctl circuit set {id} \
+         download {mbit}mbit` under load. Ceiling: the plan after headers x the share of the \
+         circuit's egress bytes that carried data. Checks (docs/circuits.md): {}.\n",
+        forwarder::testing::benchmarks::run_line(
+            "sudo CAKEWALK_WRITE_BENCHMARKS=1 scripts/test lab"
+        ),
+        forwarder::testing::benchmarks::verdict(misses),
+    )
 }
 
 /// The performance checks of the link-shaped lab; returns what missed.
@@ -331,10 +381,15 @@ fn four_subscribers_v4_v6_and_vlan_each_held_to_their_plans_both_ways() {
             "the live change `{}` was not applied: {reply}",
             change.join(" ")
         );
-        if shaping_circuits {
+        let misses = if shaping_circuits {
             circuit_misses(&p1, &p2, &idle)
         } else {
             link_misses(&p1, &p2, &idle)
+        };
+        if shaping_circuits {
+            let section = section(&p1, &p2, &idle, &misses);
+            forwarder::testing::benchmarks::write_if_asked("circuits-lab", &section);
         }
+        misses
     });
 }

@@ -23,7 +23,8 @@
 //! reported as inconclusive (exit and conservation checks always apply).
 //!
 //! Root only and `#[ignore]`: run it with `scripts/test lab`. Without root or the tools it says
-//! SKIP and passes. A `Drop` guard removes the namespaces (and whatever runs in them) on
+//! SKIP and passes. With `CAKEWALK_WRITE_BENCHMARKS=1` (never set in CI) the AF_PACKET runs
+//! record their figures as the `lab` and `lab-bidir` sections of BENCHMARKS.md. A `Drop` guard removes the namespaces (and whatever runs in them) on
 //! success, failure and panic. Each iperf3 phase is bounded (10 s TCP, 5 s UDP), so the whole
 //! test takes about 45 s.
 
@@ -34,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use forwarder::testing::benchmarks;
 use labkit::{json_file, repo_root, with_one_retry};
 
 /// The shaped rate, in the lab's units and in bit/s.
@@ -273,8 +275,43 @@ fn cake_holds_the_shaped_rate_with_low_latency_where_a_plain_fifo_bloats() {
         println!("  {}", fifo.line());
         cake.assert_clean_exit_and_conservation();
         fifo.assert_clean_exit_and_conservation();
-        performance_misses(&cake, &fifo)
+        let misses = performance_misses(&cake, &fifo);
+        benchmarks::write_if_asked("lab", &lab_section(&cake, &fifo, &misses));
+        misses
     });
+}
+
+/// The command that measures the labs and records them in BENCHMARKS.md.
+const WRITE_COMMAND: &str = "sudo CAKEWALK_WRITE_BENCHMARKS=1 scripts/test lab";
+
+/// The lab section of BENCHMARKS.md: CAKE beside the bufferbloat reference.
+fn lab_section(cake: &Run, fifo: &Run, misses: &[String]) -> String {
+    let row = |label: &str, r: &Run| {
+        format!(
+            "| {label} | {:.2} ({:.3}) | {:.2} ({:.3}) | {:.3} | {:.3} / {:.3} / {:.3} |\n",
+            r.num("tcp_mbit"),
+            r.num("tcp_mbit") * 1e6 / (RATE_BPS * TCP_GOODPUT_SHARE),
+            r.num("udp_mbit"),
+            r.num("udp_mbit") * 1e6 / (RATE_BPS * UDP_GOODPUT_SHARE),
+            r.num("idle_p50_ms"),
+            r.num("loaded_p50_ms"),
+            r.num("loaded_p99_ms"),
+            r.num("loaded_max_ms"),
+        )
+    };
+    format!(
+        "## Network-namespace lab (`forwarder/tests/lab.rs`)\n\
+         | setup | TCP Mbit/s (of ceiling) | UDP Mbit/s (of ceiling) | idle p50 ms | loaded p50 / p99 / max ms |\n\
+         |---|---|---|---|---|\n{}{}\n{} \
+         cakewalk forwards over AF_PACKET between two veths: 8 TCP upstreams for 10 s, then UDP at \
+         1.5x for 5 s, with a ping probe; CAKE at {RATE} against the kernel's HTB with its pfifo \
+         leaf. Ceilings: the rate after headers. Checks (TCP 0.90-1.0 of its ceiling, loaded \
+         median within 5 ms of idle, HTB's far above): {}.\n",
+        row(&format!("cakewalk CAKE {RATE}"), cake),
+        row(&format!("kernel HTB {RATE} + pfifo"), fifo),
+        benchmarks::run_line(WRITE_COMMAND),
+        benchmarks::verdict(misses),
+    )
 }
 
 /// Runs the real binary on AF_PACKET ports `ifaces` for at most a second; returns its exit
@@ -861,8 +898,50 @@ fn asymmetric_lab(name: &str, ports: &str) {
         );
         println!("  {}", run.line());
         run.assert_exit_change_and_conservation();
-        run.misses()
+        let misses = run.misses();
+        if name == "afpacket" {
+            benchmarks::write_if_asked("lab-bidir", &run.section(&misses));
+        }
+        misses
     });
+}
+
+impl BidirRun {
+    /// The lab-bidir section of BENCHMARKS.md: each direction before and after the change.
+    fn section(&self, misses: &[String]) -> String {
+        let r = &self.run;
+        let dir = |p: &str, download: bool, rate: f64| {
+            format!(
+                "{:.2} ({:.3})",
+                r.num(&format!(
+                    "{}{}_mbit",
+                    if download { "down" } else { "up" },
+                    &p[1..]
+                )),
+                self.goodput_ratio(p, download, rate)
+            )
+        };
+        format!(
+            "## Download and upload at once (`forwarder/tests/lab.rs`, `scripts/lab/bidir`)\n\
+             | phase | down Mbit/s (of ceiling) | up Mbit/s (of ceiling) | ping p99 ms (idle {:.2}) |\n\
+             |---|---|---|---|\n\
+             | 50 down, 10 up | {} | {} | {:.2} |\n\
+             | after `ctl set --direction upload rate 5mbit` | {} | {} | {:.2} |\n\n{} \
+             AF_PACKET, 4 TCP streams each way for 8 s, the upload with the ACK filter and a \
+             {UP_TARGET} CoDel target. Ceiling: the rate after headers x the share of the egress \
+             bytes that carried the direction's own data. Checks (0.98-1.02 of each ceiling, ping \
+             p99 within 5 ms of idle): {}.\n",
+            r.num("idle_p99_ms"),
+            dir("p1", true, DOWN_BPS),
+            dir("p1", false, UP_BPS),
+            r.num("loaded_p99_ms"),
+            dir("p2", true, DOWN_BPS),
+            dir("p2", false, UP_AFTER_BPS),
+            r.num("loaded2_p99_ms"),
+            benchmarks::run_line(WRITE_COMMAND),
+            benchmarks::verdict(misses),
+        )
+    }
 }
 
 #[test]
@@ -892,4 +971,43 @@ fn download_and_upload_hold_their_own_rates_on_dpdk_vdevs() {
             "--port-kind dpdk --iface net_af_packet0,net_af_packet1 --set ports.eal_args={eal}"
         ),
     );
+}
+
+#[test]
+fn the_lab_section_is_one_table_and_a_few_lines() {
+    let run = |name: &str, cells: [&str; 6]| Run {
+        name: name.to_string(),
+        values: [
+            "tcp_mbit",
+            "udp_mbit",
+            "idle_p50_ms",
+            "loaded_p50_ms",
+            "loaded_p99_ms",
+            "loaded_max_ms",
+        ]
+        .into_iter()
+        .zip(cells)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        last_stats: String::new(),
+        log: String::new(),
+    };
+    let cake = run(
+        "cake",
+        ["191.27", "194.06", "0.159", "0.062", "0.236", "0.246"],
+    );
+    let fifo = run("fifo", ["191.24", "194.02", "0.137", "7.7", "40.7", "58.7"]);
+    let s = lab_section(&cake, &fifo, &[]);
+    assert!(
+        s.contains("| cakewalk CAKE 200mbit | 191.27 (1.000) | 194.06 (0.999) | 0.159 | 0.062 / 0.236 / 0.246 |"),
+        "{s}"
+    );
+    assert!(
+        s.contains("| kernel HTB 200mbit + pfifo | 191.24 (1.000)"),
+        "{s}"
+    );
+    assert!(s.trim_end().ends_with("HTB's far above): met."), "{s}");
+    let wrapped = benchmarks::wrap_prose(&s, benchmarks::PROSE_WIDTH);
+    assert!(wrapped.lines().count() <= 14, "{wrapped}");
+    assert!(lab_section(&cake, &fifo, &["x".into()]).contains("missed (x)"));
 }

@@ -110,7 +110,7 @@ impl DropReason {
 /// Marks the branch that calls it as rarely taken, so that LLVM lays out the other side as
 /// the straight-line path. On the packet path every taken branch redirects instruction
 /// fetch, and those redirects, more than the instruction count, set the pace of the goal
-/// benchmark (BENCHMARKS.md, "Taken branches"). An empty out-of-line `#[cold]` function:
+/// benchmark (docs/performance-notes.md, "Rare branches marked cold"). An empty out-of-line `#[cold]` function:
 /// the polyfill of `core::hint::cold_path` for the crate's minimum Rust version.
 #[cold]
 #[inline(never)]

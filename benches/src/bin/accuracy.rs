@@ -493,27 +493,26 @@ fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
     )
     .to_lowercase();
     let body = format!(
-        "## Shaping accuracy (`benches/src/bin/accuracy.rs`)\n\n\
-         {} on {} (load average at the end: {}). Command: `{cmd}`.\n\
-         UDP ({}-byte payloads) offered at {}x the configured rate from a namespace through \
-         the shaper on a veth; *measured* is the shaper's egress veth `tx_bytes` (L2 frames, \
-         no FCS, as HTB/TBF and CAKE `raw` count them) over a {} s window after {} s of warm-up. \
-         Cells: measured Mbit/s (error = measured / configured - 1, in %). Goal G9: |error| <= \
-         0.1 % and never above HTB's.\n\n\
-         {}{}\n![accuracy](benches/results/{stem}.png){}\n",
-        utc_now(),
-        machine_line(),
-        load_average(),
+        "## Shaping accuracy (`benches/src/bin/accuracy.rs`)\n{}\n{} UDP ({}-byte payloads) \
+         at {}x the rate through the shaper on a veth; measured: the egress veth's `tx_bytes` \
+         (L2, no FCS) over {} s after {} s of warm-up. Cells: Mbit/s (error %). Goal G9: \
+         |error| <= 0.1 %, never above HTB's.{} Plot: `benches/results/{stem}.png`{}.\n",
+        t.to_markdown(),
+        cakewalk_benches::report::provenance(
+            &utc_now(),
+            &cakewalk_benches::report::commit(),
+            &machine_line(),
+            &load_average(),
+            &cmd
+        ),
         args.len,
         args.offer,
         args.window,
         args.warmup,
-        t.to_markdown(),
-        if notes.is_empty() {
-            String::new()
-        } else {
-            format!("\n{}\n", notes.join("\n"))
-        },
+        notes
+            .iter()
+            .map(|n| format!(" {}", n.trim_start_matches("- ")))
+            .collect::<String>(),
         if drawn == cakewalk_benches::plot::Drawn::WithoutText {
             " (drawn without text: no font found)"
         } else {

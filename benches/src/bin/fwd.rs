@@ -308,13 +308,22 @@ fn run(args: &Args) -> anyhow::Result<()> {
         &ratio_values.iter().map(|&r| vec![r]).collect::<Vec<_>>(),
         false,
     )?;
+    let command = format!(
+        "cargo run --release -p cakewalk-benches --bin fwd -- --seconds {seconds} --warmup \
+         {warmup} --reps {reps} --write"
+    );
     let body = format!(
-        "## Forwarding engine, one core (`benches/src/bin/fwd.rs`)\n\n\
-         {} on {} (load average at the end: {}). Command: `cargo run --release -p cakewalk-benches --bin fwd -- --seconds {seconds} --warmup {warmup} --reps {reps} --write`.\n\
-         The built-in generator (64-byte frames, 1024 flows) feeds the engine's one pinned worker (burst 32), which forwards into a null sink. `vs bare`: the median of {reps} pairs of the row and a bare port loop (rx -> tx, nothing else) run just before it on the same core.\n\n{table}\n![fwd](benches/results/fwd.png)\n",
-        utc_now(),
-        machine,
-        load_average(),
+        "## Forwarding engine, one core (`benches/src/bin/fwd.rs`)\n{table}\n{} The \
+         built-in generator (64-byte frames, 1024 flows) feeds the engine's one pinned worker \
+         (burst 32) into a null sink; `vs bare`: the median of {reps} pairs of the row / a bare \
+         port loop run just before it. Plot: `benches/results/fwd.png`.\n",
+        cakewalk_benches::report::provenance(
+            &utc_now(),
+            &cakewalk_benches::report::commit(),
+            &machine,
+            &load_average(),
+            &command
+        ),
     );
     publish(&root, &out, "fwd", &png, "fwd", &body, true)
 }

@@ -785,28 +785,26 @@ fn write_results(args: &Args, rate: u64, probe: Probe, rows: &[Row]) -> Result<(
     )
     .to_lowercase();
     let body = format!(
-        "## Latency under load (`benches/src/bin/latency.rs`)\n\n\
-         {} on {} (load average at the end: {}). Command: `{cmd}`.\n\
-         Veth lab, shaper at {} in the middle namespace; probe: {} from a to b. nupN = N TCP \
-         upstreams (besteffort); rrul = 4 up + 4 down TCP streams marked BE/CS1/CS5/EF \
-         (diffserv3); unequal = one UDP flow at 1.5x the rate plus 8 light UDP flows (2 % each), \
-         so one TX queue holds nearly all the demand. Throughput is what left the shaper \
-         (egress `tx_bytes`) each way over the loaded window. Cells: loaded p50 / p99 ms \
-         (Mbit/s up, or up / down for rrul); base p50: the median of the row's idle probes, ms. \
-         Goal G12: loaded p50 - base p50 <= 5 ms, p99 <= 15 ms and <= 1/10 of the FIFO \
-         reference; G11: unequal aggregate within 1 % of the rate with work-conserving \
-         sync.\n\n{}{}\n![latency](benches/results/{stem}.png){}\n",
-        utc_now(),
-        machine_line(),
-        load_average(),
+        "## Latency under load (`benches/src/bin/latency.rs`)\n{}\n{} Veth lab, shaper at \
+         {} in the middle, probe {} from a to b. nupN: N TCP upstreams; rrul: 4 up + 4 down \
+         marked BE/CS1/CS5/EF; unequal: one UDP flow at 1.5x the rate and 8 light ones. Cells: \
+         loaded p50 / p99 ms (egress Mbit/s up, or up / down). G12: p50 over base <= 5 ms, p99 \
+         <= 15 ms and <= 1/10 of the FIFO's; G11: unequal within 1 % of the rate.{} Plot: \
+         `benches/results/{stem}.png`{}.\n",
+        t.to_markdown(),
+        cakewalk_benches::report::provenance(
+            &utc_now(),
+            &cakewalk_benches::report::commit(),
+            &machine_line(),
+            &load_average(),
+            &cmd
+        ),
         tc_rate(rate),
         probe.name(),
-        t.to_markdown(),
-        if notes.is_empty() {
-            String::new()
-        } else {
-            format!("\n{}\n", notes.join("\n"))
-        },
+        notes
+            .iter()
+            .map(|n| format!(" {}", n.trim_start_matches("- ")))
+            .collect::<String>(),
         if drawn == Drawn::WithoutText {
             " (drawn without text: no font found)"
         } else {

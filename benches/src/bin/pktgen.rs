@@ -572,21 +572,32 @@ fn run() -> Result<()> {
     if args.write {
         let cli = &args;
         let args: Vec<String> = std::env::args().skip(1).collect();
+        let command = format!(
+            "cargo run --release -p cakewalk-benches --bin pktgen -- {}",
+            args.join(" ")
+        );
         let body = format!(
-            "## pktgen: enqueue throughput of {}\n\n{header}\n\n\
-             Command: `cargo run --release -p cakewalk-benches --bin pktgen -- {}`\n\n\
-             {markdown}\n\
-             Frames are 64 bytes; `drops` are frames a full intake refused (counted, never \
-             lost). {} Each ratio is the median over the reps of the row against a bare-loop \
-             run made just before it.\n",
+            "## pktgen: enqueue throughput of {}\n{markdown}\n{} {} s x {} reps per row, \
+             64-byte frames, burst {}, {} flows, CAKE rate {}. {} Ratio: the median over the \
+             reps of the row / a bare loop run just before it; `drops`: refused by a full intake \
+             (counted, never lost).\n",
             section_what(cli),
-            args.join(" "),
+            cakewalk_benches::report::provenance(
+                &utc_now(),
+                &cakewalk_benches::report::commit(),
+                &machine_line(),
+                &load_average(),
+                &command
+            ),
+            cli.seconds,
+            cli.reps,
+            cli.burst,
+            cli.flows,
+            bench.cake.rate,
             if cli.queue_per_thread {
-                "Each thread feeds its own queue; the queues share one rate, so they meet only \
-                 at the rate sync."
+                "Each thread feeds its own queue; they meet only at the rate sync."
             } else {
-                "With 2 threads both feed one queue, so they contend for its runner lock and \
-                 intake."
+                "With 2 threads both feed one queue and contend for its lock and intake."
             }
         );
         let section = if cli.queue_per_thread {
@@ -618,7 +629,8 @@ fn run() -> Result<()> {
         .with_context(|| format!("drawing {}", png.display()))?;
         println!("wrote {}", png.display());
         let body = format!(
-            "{body}\n![{section}](benches/results/{section}.png){}\n",
+            "{} Plot: `benches/results/{section}.png`{}.\n",
+            body.trim_end(),
             if drawn == Drawn::WithoutText {
                 " (drawn without text: no font found)"
             } else {

@@ -89,7 +89,7 @@ impl TxSelect {
         tx_queues: usize,
         flows_stay_on_one_rx_queue: bool,
     ) -> (TxSelect, String) {
-        let crossing = "about half the packets would cross to another worker's queue through a ring that drops when full (51 % dropped in BENCHMARKS.md, \"The engine with two workers\")";
+        let crossing = "about half the packets would cross to another worker's queue through a ring that drops when full (51 % dropped in BENCHMARKS.md, \"DPDK forwarding, one core\")";
         match self {
             TxSelect::Auto if workers <= 1 || tx_queues <= 1 => (
                 TxSelect::FlowHash,

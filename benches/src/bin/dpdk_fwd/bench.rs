@@ -429,9 +429,9 @@ pub(crate) fn bench(args: &Args, pcap: &std::path::Path, machine: &Machine) -> a
         );
     }
     let goals = format!(
-        "G1 FIFO+bypass/bare {:.3} inline, {:.3} engine (>= 0.80); G2 FIFO+bypass/FIFO {:.3} (>= 1.20); \
-         G4 CAKE/DRR++ floor {:.3} (>= 0.65; CAKE/bare {:.3} inline, {:.3} engine); \
-         G5 CAKE+bypass/CAKE {:.3} (>= 1.3); CAKE shaped delivered/configured {:.4}",
+        "G1 FIFO+bypass/bare {:.3} inline, {:.3} engine (>= 0.80); G2 FIFO+bypass/FIFO {:.3} \
+         (>= 1.20); G4 CAKE/floor {:.3} (>= 0.65; CAKE/bare {:.3}, engine {:.3}); G5 \
+         CAKE+bypass/CAKE {:.3} (>= 1.3); shaped CAKE delivered {:.4} of its rate",
         rat[2],
         rat[engine],
         rat[2] / rat[3],
@@ -497,7 +497,6 @@ pub(crate) fn bench(args: &Args, pcap: &std::path::Path, machine: &Machine) -> a
             (&names, &med, &rat),
             &goals,
             (!scaling.is_empty()).then_some(&st),
-            max_threads,
             two_workers.then_some(&wt),
         )?;
     }

@@ -376,7 +376,7 @@ pub fn circuits(rows: &BTreeMap<String, Measurement>, log: &str, run: &RunInfo) 
     format!(
         "## Per-circuit CAKE (criterion, `qdisc/benches/circuits.rs`)\n{}\n{} ns per packet \
          (criterion's mean), 100 000 UDP flows, bursts of 32 in and out, consecutive packets in \
-         different circuits (but in the last row). {}{}\n",
+         different circuits (except the last row). {}{}\n",
         t.to_markdown(),
         run_line(run),
         if ratios.is_empty() {

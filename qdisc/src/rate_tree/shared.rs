@@ -372,19 +372,32 @@ impl LeafMeter {
     ///   idle and its share is lent at the next computation.
     pub fn publish(&mut self, tree: &SharedTree, now_ns: u64, backlog_bytes: u64) -> Demand {
         let elapsed = now_ns.saturating_sub(self.window_start_ns);
-        let measured = if elapsed == 0 {
-            0
-        } else {
-            (u128::from(self.window_bytes) * 1_000_000_000 / u128::from(elapsed)) as u64
+        // In u64 while the products fit (below about 18 GB per window and 900 GB/s, that
+        // is always): a 128-bit division is a library call, and a worker syncs thousands of
+        // leaves each time. The same results either way.
+        let measured = match (elapsed, self.window_bytes.checked_mul(1_000_000_000)) {
+            (0, _) => 0,
+            (e, Some(b)) => b / e,
+            (e, None) => (u128::from(self.window_bytes) * 1_000_000_000 / u128::from(e)) as u64,
         };
         // An exponential average weighted by time, from zero: a leaf that wakes with one
         // packet in a short window has not shown a rate of one packet per window (counting
         // it so read a 0.4 Mbit/s leaf as 8 Mbit/s and saturated, after every packet).
         // A leaf that wakes with more than it can send holds it back, and is saturated.
         let weight = elapsed.min(DEMAND_HORIZON_NS);
-        self.average_bps = ((u128::from(self.average_bps) * u128::from(DEMAND_HORIZON_NS - weight)
-            + u128::from(measured) * u128::from(weight))
-            / u128::from(DEMAND_HORIZON_NS)) as u64;
+        let sum = self
+            .average_bps
+            .checked_mul(DEMAND_HORIZON_NS - weight)
+            .zip(measured.checked_mul(weight))
+            .and_then(|(a, m)| a.checked_add(m));
+        self.average_bps = match sum {
+            Some(sum) => sum / DEMAND_HORIZON_NS,
+            None => {
+                ((u128::from(self.average_bps) * u128::from(DEMAND_HORIZON_NS - weight)
+                    + u128::from(measured) * u128::from(weight))
+                    / u128::from(DEMAND_HORIZON_NS)) as u64
+            }
+        };
         if self.window_bytes > 0 {
             self.last_delivery_ns = now_ns;
         }

@@ -13,7 +13,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     #[inline]
     pub(super) fn select_tin(&self, meta: &PacketMeta) -> usize {
         // No shortcut for one tin: besteffort's tables map everything to tin 0 anyway.
-        let mask = self.config.fwmark_mask;
+        let mask = self.hot.fwmark_mask;
         if mask != 0 {
             // The fwmark override is the rare configuration; keep the DSCP path straight.
             cold_path();
@@ -35,11 +35,11 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     /// The flow hash under the current mode, and whether `l4_hash` was reused.
     #[inline(always)]
     pub(super) fn hash_of(&self, meta: &PacketMeta) -> (u32, bool) {
-        let mode = self.config.flow_mode as u8;
-        let key = self.config.hash_key;
+        let mode = self.hot.flow_mode as u8;
+        let key = self.hot.hash_key;
         if mode & 4 != 0 {
             if let Some(h) = meta.l4_hash {
-                if !(self.config.nat && meta.keys_rewritten) {
+                if !(self.hot.nat && meta.keys_rewritten) {
                     return (h, true);
                 }
             }
@@ -71,7 +71,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             src_host: None,
             dst_host: None,
         };
-        if self.config.flow_mode == FlowMode::Flowblind {
+        if self.hot.flow_mode == FlowMode::Flowblind {
             return c;
         }
         let i = (hash as usize) % FLOWS;
@@ -109,14 +109,14 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             c.src_host = Some(if reuse {
                 usize::from(f.srchost)
             } else {
-                host(host_hash(&meta.keys, self.config.hash_key, false), false)
+                host(host_hash(&meta.keys, self.hot.hash_key, false), false)
             });
         }
         if self.ddst {
             c.dst_host = Some(if reuse {
                 usize::from(f.dsthost)
             } else {
-                host(host_hash(&meta.keys, self.config.hash_key, true), true)
+                host(host_hash(&meta.keys, self.hot.hash_key, true), true)
             });
         }
         c
@@ -127,7 +127,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     #[inline(always)]
     pub(super) fn lookup(&mut self, tin: usize, meta: &PacketMeta) -> usize {
         let base = tin * FLOWS;
-        if self.config.flow_mode == FlowMode::Flowblind {
+        if self.hot.flow_mode == FlowMode::Flowblind {
             return base;
         }
         let (hash, _) = self.hash_of(meta);
@@ -180,7 +180,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         self.tags[fid] = hash;
         if allocate {
             if self.dsrc {
-                let h = host_hash(&meta.keys, self.config.hash_key, false);
+                let h = host_hash(&meta.keys, self.hot.hash_key, false);
                 let idx = self.alloc_host(base, h, false);
                 self.flows[fid].srchost = idx as u16;
                 if self.flows[fid].set == FlowSet::Bulk {
@@ -188,7 +188,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                 }
             }
             if self.ddst {
-                let h = host_hash(&meta.keys, self.config.hash_key, true);
+                let h = host_hash(&meta.keys, self.hot.hash_key, true);
                 let idx = self.alloc_host(base, h, true);
                 self.flows[fid].dsthost = idx as u16;
                 if self.flows[fid].set == FlowSet::Bulk {

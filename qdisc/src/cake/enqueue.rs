@@ -65,7 +65,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         let len = clamp_u32(pkt.len());
         let footprint = clamp_u32(pkt.footprint());
         let t = self.select_tin(meta);
-        if self.config.wash {
+        if self.hot.wash {
             // After the tin is chosen: the marks classify here and are gone downstream.
             pkt.wash_dscp();
         }
@@ -152,7 +152,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                 self.heap_flow_shrank(fid);
             }
         }
-        if self.config.autorate_ingress {
+        if self.hot.autorate_ingress {
             cold_path();
             // Only the estimator reads the window's bytes; without it they stay 0.
             self.autorate.avg_window_bytes = self
@@ -192,7 +192,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             cold_path();
             self.stats.memory_used = self.buffer_used;
         }
-        if self.buffer_used > self.buffer_limit || self.qlen > self.config.packet_limit {
+        if self.buffer_used > self.buffer_limit || self.qlen > self.hot.packet_limit {
             self.drop_overflow(now, &mut result);
         }
         self.stats.memory_current = self.buffer_used;

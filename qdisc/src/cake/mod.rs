@@ -282,16 +282,18 @@ impl IndexMut<ListId> for Lists {
     }
 }
 
-/// Per-tin scheduling state (counters live in [`TinStats`]).
+/// Per-tin scheduling state (counters live in [`TinStats`]). `repr(C)`, what an enqueue
+/// reads first; the COBALT parameters (read at dequeue) last.
 #[derive(Debug, Clone, Default)]
+#[repr(C)]
 struct Tin {
     lists: Lists,
     flow_quantum: u16,
     /// Deliveries left before the next delay sample.
     delay_sample_wait: u32,
-    cparams: CobaltParams,
-    rate: RateNs,
     clock: Clock,
+    rate: RateNs,
+    cparams: CobaltParams,
 }
 
 /// A tin's part in the unlimited-mode DRR between tins, packed into 8 bytes so that a turn
@@ -346,15 +348,32 @@ pub struct Classification {
     pub dst_host: Option<usize>,
 }
 
-/// Autorate-ingress estimator state.
+/// Autorate-ingress estimator state. `repr(C)` with the two fields every enqueue writes
+/// first, so that they sit in the instance's hot lines (see [`Cake`]'s layout).
 #[derive(Debug, Clone, Default)]
+#[repr(C)]
 struct Autorate {
-    avg_packet_interval: u64,
-    last_packet_time: u64,
-    avg_window_begin: u64,
     avg_window_bytes: u64,
+    last_packet_time: u64,
+    avg_packet_interval: u64,
+    avg_window_begin: u64,
     avg_peak_bandwidth: u64,
     last_reconfig_time: u64,
+}
+
+/// The configuration values the packet path reads, copied out of [`CakeConfig`] by
+/// `apply_config` so that they share the instance's first cache lines (read through the
+/// config, they were two more lines per packet on a cold instance).
+#[derive(Debug, Clone, Copy, Default)]
+struct HotConfig {
+    hash_key: u64,
+    fwmark_mask: u32,
+    packet_limit: u32,
+    mtu: u32,
+    flow_mode: FlowMode,
+    nat: bool,
+    autorate_ingress: bool,
+    wash: bool,
 }
 
 /// One CAKE instance over packets of type `P` with `FLOWS` flow queues per tin (a power of
@@ -362,50 +381,62 @@ struct Autorate {
 /// shaper, [`SUBSCRIBER_FLOWS_PER_TIN`] for a subscriber's ([`SubscriberCake`]). Every
 /// table is `MAX_TINS * FLOWS` entries, indexed through constant masks. See the module
 /// docs for the call protocol.
+///
+/// # Layout
+/// `repr(C)`, in declaration order, cache-line aligned: what every enqueue and dequeue
+/// reads comes first and fills five lines (one of them the tin DRR turns), then the tins,
+/// the statistics (whose per-packet counters lead each part, see [`CakeStats`]) and the
+/// cold rest (`tests::the_fields_every_packet_reads_fill_the_first_five_lines`). A subscriber's instance is cold whenever a packet comes (thousands share a
+/// core's caches), so each line the packet path touches is a miss; with the compiler's
+/// own order those fields were spread over the whole header.
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 pub struct Cake<P, const FLOWS: usize = FLOWS_PER_TIN> {
-    config: CakeConfig,
-    tin_cnt: usize,
-    tin_index: &'static [u8; 64],
-    tin_order: &'static [usize],
-    tin_names: &'static [&'static str],
+    // Line 0.
+    qlen: u32,
+    free_head: u32,
+    overflow_timeout: u32,
     dsrc: bool,
     ddst: bool,
-    overhead: Overhead,
     ingress: bool,
     ack_mode: AckFilterMode,
-
-    rate_bps: u64,
-    rate: RateNs,
-    time_next: Clock,
-    failsafe_next: u64,
-
+    backlog: u64,
     buffer_used: u64,
     buffer_limit: u64,
-    qlen: u32,
-    backlog: u64,
-
-    tins: [Tin; MAX_TINS],
-    turns: [TinTurn; MAX_TINS],
+    last_now: u64,
+    failsafe_next: u64,
+    rng: u64,
+    // Line 1.
+    rate: RateNs,
+    time_next: Clock,
+    cur_tin: usize,
+    cur_flow: usize,
+    tin_cnt: usize,
+    tin_index: &'static [u8; 64],
+    // Line 2.
+    overhead: Overhead,
     flows: FlowTable<Flow, FLOWS>,
     links: FlowTable<Link, FLOWS>,
     tags: FlowTable<u32, FLOWS>,
     hosts: FlowTable<Host, FLOWS>,
     src_bulk: FlowTable<u16, FLOWS>,
     dst_bulk: FlowTable<u16, FLOWS>,
-    heap: OverflowHeap,
-    overflow_timeout: u32,
-
+    // Line 3.
+    turns: [TinTurn; MAX_TINS],
+    // Line 4, and autorate's cold rest.
     slots: Vec<Slot<P>>,
-    free_head: u32,
-    ack: Vec<AckEntry>,
-
-    cur_tin: usize,
-    cur_flow: usize,
-    rng: u64,
-    last_now: u64,
+    hot: HotConfig,
     autorate: Autorate,
+
+    tins: [Tin; MAX_TINS],
     stats: CakeStats,
+
+    config: CakeConfig,
+    tin_order: &'static [usize],
+    tin_names: &'static [&'static str],
+    rate_bps: u64,
+    heap: OverflowHeap,
+    ack: Vec<AckEntry>,
 }
 
 /// A subscriber's CAKE: [`SUBSCRIBER_FLOWS_PER_TIN`] flows per tin.
@@ -517,7 +548,7 @@ impl<P: Packet, const FLOWS: usize> Qdisc<P> for Cake<P, FLOWS> {
 
     #[inline]
     fn rewrite_passed(&self, pkts: &mut [P], _metas: &[PacketMeta]) {
-        if self.config.wash {
+        if self.hot.wash {
             pkts.iter_mut().for_each(Packet::wash_dscp);
         }
     }

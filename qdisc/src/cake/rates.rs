@@ -122,7 +122,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     /// CAKE's default interval, far above scheduler stalls, far below a measurement window.
     #[inline]
     pub(super) fn bound_catch_up(&mut self, now: u64) {
-        let allowance = MAX_CATCH_UP_NS.max(4 * self.rate.duration_ns(u64::from(self.config.mtu)));
+        let allowance = MAX_CATCH_UP_NS.max(4 * self.rate.duration_ns(u64::from(self.hot.mtu)));
         let floor = now.saturating_sub(allowance);
         if self.time_next.next_ns < floor {
             self.time_next.set(floor);

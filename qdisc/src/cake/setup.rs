@@ -10,8 +10,8 @@ use super::shaper::{Clock, Overhead, RateNs};
 use super::stats::{delay_histogram, is_unused_histogram};
 use super::table::FlowTable;
 use super::{
-    AckFilterMode, Autorate, Cake, CakeConfig, CakeStats, ConfigError, Flow, FlowSet, Host, Link,
-    ListId, Slot, TinTurn, COMPACT_FIRST_SLOTS, NIL,
+    AckFilterMode, Autorate, Cake, CakeConfig, CakeStats, ConfigError, Flow, FlowSet, Host,
+    HotConfig, Link, ListId, Slot, TinTurn, COMPACT_FIRST_SLOTS, NIL,
 };
 use crate::{DropReason, Packet, Rate};
 
@@ -61,6 +61,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             cur_flow: 0,
             rng: config.seed,
             last_now: 0,
+            hot: HotConfig::default(),
             autorate: Autorate::default(),
             stats: CakeStats::new(),
         };
@@ -114,6 +115,16 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         };
         self.ingress = c.ingress;
         self.ack_mode = c.ack_filter;
+        self.hot = HotConfig {
+            hash_key: c.hash_key,
+            fwmark_mask: c.fwmark_mask,
+            packet_limit: c.packet_limit,
+            mtu: c.mtu,
+            flow_mode: c.flow_mode,
+            nat: c.nat,
+            autorate_ingress: c.autorate_ingress,
+            wash: c.wash,
+        };
         self.stats.tin_count = self.tin_cnt;
         let rate = c.rate.bytes_per_sec();
         let slab = c.packet_limit as usize + 1;
@@ -221,6 +232,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             cur_flow,
             rng,
             last_now,
+            hot: _,
             autorate,
             stats,
         } = self;

@@ -1358,3 +1358,24 @@ fn wash_clears_the_dscp_of_queued_and_passed_packets_after_classifying() {
         );
     }
 }
+
+#[test]
+fn the_fields_every_packet_reads_fill_the_first_five_lines() {
+    use crate::testing::LenPacket;
+    use std::mem::{align_of, offset_of};
+    type C = Cake<LenPacket, SUBSCRIBER_FLOWS_PER_TIN>;
+    assert_eq!(align_of::<C>(), 64);
+    // Each line starts where the declaration's comments say.
+    assert_eq!(offset_of!(C, rate), 64);
+    assert_eq!(offset_of!(C, overhead), 128);
+    assert_eq!(offset_of!(C, turns), 192);
+    assert_eq!(offset_of!(C, slots), 256);
+    // The two fields of the autorate state every enqueue writes end line 4.
+    assert_eq!(offset_of!(C, autorate), 320 - 16);
+    assert_eq!(offset_of!(Autorate, last_packet_time), 8);
+    // The per-packet scalars of the statistics share one line, and each tin's per-packet
+    // counters come first in 64 bytes.
+    assert_eq!(align_of::<CakeStats>(), 64);
+    assert!(offset_of!(CakeStats, avg_netoff_fp) < 64 - 4);
+    assert_eq!(offset_of!(TinStats, base_delay_ns), 64 - 8);
+}

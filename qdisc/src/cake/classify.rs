@@ -6,6 +6,7 @@ use super::{
     flow_hash, host_hash, host_load_in, scaled_quantum, tin_of, Cake, Classification, FlowMode,
     FlowSet, MAX_TINS, SET_WAYS,
 };
+use crate::mq::sync::prefetch;
 use crate::{cold_path, Packet, PacketMeta};
 
 impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
@@ -55,6 +56,45 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             h ^= host_hash(&meta.keys, key, true);
         }
         (h, false)
+    }
+
+    /// Starts loading the instance's hot lines (see [`Cake`]'s layout): the first stage of
+    /// a caller's prefetch of a burst for a cold instance, before [`Cake::prefetch_flow`],
+    /// which reads them.
+    #[inline]
+    pub(crate) fn prefetch_header(&self) {
+        prefetch(&self.qlen);
+        prefetch(&self.rate);
+        prefetch(&self.overhead);
+        prefetch(&self.slots);
+        prefetch(&self.turns);
+        prefetch(&self.stats.memory_used);
+    }
+
+    /// Starts loading what an enqueue of `meta` will touch beyond the hot lines: its tin's
+    /// scheduling and statistics lines, the home way of its flow (tag and record) and the
+    /// packet slot it will take. Reads the hot lines, so call it a stage after
+    /// [`Cake::prefetch_header`].
+    #[inline]
+    pub(crate) fn prefetch_flow(&self, meta: &PacketMeta) {
+        let t = self.select_tin(meta);
+        // First and last field of each part an enqueue reads: a tin is not line-aligned
+        // (aligned, its index cost the link instance an instruction per use).
+        let (tin, st) = (&self.tins[t], &self.stats.tins[t]);
+        prefetch(&tin.lists);
+        prefetch(&tin.rate);
+        prefetch(&st.sparse_flows);
+        prefetch(&st.base_delay_ns);
+        prefetch(&st.way_directs);
+        if let Some(slot) = self.slots.get(self.free_head as usize) {
+            prefetch(slot);
+        }
+        if self.hot.flow_mode != FlowMode::Flowblind {
+            let (hash, _) = self.hash_of(meta);
+            let fid = t * FLOWS + (hash as usize) % FLOWS;
+            prefetch(&self.tags[fid]);
+            prefetch(&self.flows[fid]);
+        }
     }
 
     /// Where `meta` would go, without changing anything (for `cakewalk explain`).

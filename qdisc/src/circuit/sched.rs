@@ -59,6 +59,13 @@ impl ReadyRing {
         self.len += 1;
     }
 
+    /// The id after `id` on the ring (`id` must be on it), if any.
+    #[inline]
+    pub(super) fn next_of(&self, id: u32) -> Option<u32> {
+        let n = self.next[id as usize];
+        (n != NIL).then_some(n)
+    }
+
     pub(super) fn pop_front(&mut self) -> Option<u32> {
         let id = self.head()?;
         self.head = self.next[id as usize];

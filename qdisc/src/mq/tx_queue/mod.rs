@@ -457,6 +457,9 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         }
         let pending = guard.with(|r| {
             let now_ns = r.sync.clamp(now_ns);
+            if !lazy {
+                r.qdisc.prefetch(metas);
+            }
             let done = if self.bypass
                 && (<Q as crate::Qdisc<P>>::BYPASS_WHILE_BACKLOGGED || r.qdisc.is_empty())
             {

@@ -674,6 +674,9 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
             self.prefetch_next_ready(id);
             let (out, before, after) = self.with_instance(idx as usize, |c| c.dequeue(now));
             let (sent, sent_bytes) = match &out {
+                // Without a COBALT drop in this call the backlog fell by exactly the packet's
+                // length: no need to read it from the packet, whose buffer is cold here.
+                Dequeue::Packet(_) if before.0 - after.0 == 1 => (1, before.1 - after.1),
                 Dequeue::Packet(p) => (1, p.len() as u64),
                 _ => (0, 0),
             };

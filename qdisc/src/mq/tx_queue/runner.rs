@@ -257,10 +257,18 @@ impl<P: Packet, Q: MqQdisc<P>> Runner<P, Q> {
 
     pub(super) fn dequeue_into(&mut self, now_ns: u64, budget: usize, out: &mut Vec<P>) -> NextRun {
         for _ in 0..budget {
+            let (len, backlog) = (self.qdisc.len(), self.qdisc.backlog_bytes());
             match self.qdisc.dequeue(now_ns) {
                 Dequeue::Packet(pkt) => {
                     self.counters.dequeued += 1;
-                    self.counters.sent_bytes += pkt.len() as u64;
+                    // With nothing dropped on the way the backlog fell by the packet's
+                    // length: read from the qdisc's state, not from the packet, whose buffer
+                    // may be cold (per-circuit shaping) and is read again at transmit anyway.
+                    self.counters.sent_bytes += if self.qdisc.len() + 1 == len {
+                        backlog - self.qdisc.backlog_bytes()
+                    } else {
+                        pkt.len() as u64
+                    };
                     out.push(pkt);
                 }
                 Dequeue::Empty => return NextRun::Idle,

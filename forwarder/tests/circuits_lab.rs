@@ -349,6 +349,11 @@ fn four_subscribers_v4_v6_and_vlan_each_held_to_their_plans_both_ways() {
         let reply = lab.ctl(&fwd, &change);
         std::thread::sleep(Duration::from_millis(500));
         let p2 = lab.phase(&fwd, "p2", PHASE_SECS, STREAMS, &|_| true);
+        let drops = if shaping_circuits {
+            lab.drops_by_reason(&fwd)
+        } else {
+            String::new()
+        };
         let report = lab.stop(&fwd);
         let (load, _) = labkit::loadavg();
         if shaping_circuits {
@@ -375,6 +380,9 @@ fn four_subscribers_v4_v6_and_vlan_each_held_to_their_plans_both_ways() {
             );
         }
         print!("{}", table(&p2, &idle, shaping_circuits.then_some(CHANGED)));
+        if shaping_circuits {
+            print!("  packets since start:\n{drops}");
+        }
         assert_clean(&p1, &p2, &report);
         assert!(
             reply.starts_with("ok"),

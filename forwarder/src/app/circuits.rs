@@ -11,7 +11,7 @@
 //! queued is lost), and only then is the new prefix table published. A refused change
 //! leaves everything as it was.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
@@ -485,6 +485,15 @@ impl<P: PortBuf> Runtime<P> {
                     sent_packets: st.counters.sent_packets,
                     sent_bytes: sent,
                     dropped_packets: st.counters.drops.iter().sum(),
+                    drops_by_reason: if st.tins.is_empty() {
+                        BTreeMap::new()
+                    } else {
+                        qdisc::DropReason::ALL
+                            .iter()
+                            .map(|r| (r.name().to_string(), st.counters.drops[r.index()]))
+                            .filter(|&(_, n)| n > 0)
+                            .collect()
+                    },
                     backlog_packets: st.backlog_packets,
                     backlog_bytes: st.backlog_bytes,
                     sojourn_peak_ns: st.sojourn_peak_ns,
@@ -499,6 +508,7 @@ impl<P: PortBuf> Runtime<P> {
                             at_ns: now,
                             row: CircuitDirRow {
                                 tins: Vec::new(),
+                                drops_by_reason: BTreeMap::new(),
                                 ..row.clone()
                             },
                         },

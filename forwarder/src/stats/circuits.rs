@@ -4,6 +4,7 @@
 //! under it (virtual nodes too). Plain data and its text; the app reads the circuit shapers
 //! and fills it.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -44,6 +45,10 @@ pub struct CircuitDirRow {
     pub sent_bytes: u64,
     /// Packets dropped since start (every reason).
     pub dropped_packets: u64,
+    /// The same by reason (`aqm`, `overflow`, `ack_filter`, ...), the reasons that dropped
+    /// any (in the full view of one circuit only).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub drops_by_reason: BTreeMap<String, u64>,
     /// Packets queued now.
     pub backlog_packets: u64,
     /// Bytes queued now.
@@ -297,12 +302,22 @@ impl CircuitRow {
                 .map_or(String::new(), |p| format!(", under {p}"))
         );
         for (name, d) in [("download", &self.download), ("upload", &self.upload)] {
+            let reasons: Vec<String> = d
+                .drops_by_reason
+                .iter()
+                .map(|(r, n)| format!("{r} {n}"))
+                .collect();
             let _ = writeln!(
                 out,
-                "  {name}: {}; sent {} pkts {} bytes",
+                "  {name}: {}; sent {} pkts {} bytes{}",
                 dir_text(d),
                 d.sent_packets,
-                d.sent_bytes
+                d.sent_bytes,
+                if reasons.is_empty() {
+                    String::new()
+                } else {
+                    format!("; drops by reason: {}", reasons.join(", "))
+                }
             );
             for t in &d.tins {
                 let _ = writeln!(
@@ -345,6 +360,28 @@ mod tests {
             },
             upload: CircuitDirRow::default(),
         }
+    }
+
+    #[test]
+    fn one_circuit_in_full_names_its_drops_by_reason() {
+        let mut r = row("a", 1e6, 5, 9);
+        r.download.drops_by_reason = [("aqm".to_string(), 4), ("overflow".to_string(), 1)].into();
+        let text = r.text();
+        assert!(
+            text.contains("download: ") && text.contains("; drops by reason: aqm 4, overflow 1"),
+            "{text}"
+        );
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(
+            json.contains(r#""drops_by_reason":{"aqm":4,"overflow":1}"#),
+            "{json}"
+        );
+        assert!(
+            !serde_json::to_string(&row("b", 1e6, 0, 0))
+                .unwrap()
+                .contains("drops_by_reason"),
+            "left out when no reason dropped"
+        );
     }
 
     #[test]

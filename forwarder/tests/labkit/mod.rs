@@ -682,6 +682,40 @@ impl Lab {
         }
     }
 
+    /// One line per subscriber: its circuit's drops by reason since start, each way, and
+    /// the COBALT target and bulk flows of its busiest tin (`ctl circuit ID json`).
+    pub(crate) fn drops_by_reason(&self, fwd: &Forwarder) -> String {
+        let mut t = String::new();
+        for s in self.subs {
+            let v: serde_json::Value =
+                serde_json::from_str(&self.ctl(fwd, &["circuit", &s.id.to_string(), "json"]))
+                    .unwrap_or(serde_json::Value::Null);
+            let way = |d: &str| {
+                let reasons = v[d]["drops_by_reason"]
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .map(|(r, n)| format!("{r} {n}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default();
+                format!(
+                    "{} sent, {} dropped ({})",
+                    v[d]["sent_packets"], v[d]["dropped_packets"], reasons
+                )
+            };
+            let _ = writeln!(
+                t,
+                "    circuit {}: download {}; upload {}",
+                s.id,
+                way("download"),
+                way("upload")
+            );
+        }
+        t
+    }
+
     /// Starts the forwarder between ra and rb with `args`, and waits until every subscriber
     /// reaches its server through it.
     pub(crate) fn start_forwarder(&mut self, args: &[&str]) -> Forwarder {

@@ -48,7 +48,8 @@ pub fn control(t: u64, interval_ns: u64, rec_inv_sqrt: u32) -> u64 {
     t.saturating_add(add as u64)
 }
 
-/// Per-tin COBALT parameters (recomputed on reconfigure, left alone by `set_rate`).
+/// Per-tin COBALT parameters (recomputed on reconfigure, left alone by `set_rate` unless
+/// `CakeConfig::round_target`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CobaltParams {
     /// CoDel interval (ns).
@@ -123,7 +124,7 @@ impl CobaltVars {
     /// Decides the fate of a packet with `sojourn_ns` at the head of the flow
     /// (sch_cake.c `cobalt_should_drop`). `set_ce` is called when CoDel wants to signal; it
     /// returns true when the packet took the CE mark. `bulk` is the tin's bulk flow count in
-    /// ingress mode and 0 otherwise. `rand` is a uniform random u32 for BLUE.
+    /// ingress mode, twice that with `CakeConfig::round_target`, and 0 otherwise. `rand` is a uniform random u32 for BLUE.
     #[inline]
     pub fn should_drop(
         &mut self,

@@ -123,6 +123,15 @@ pub struct CakeConfig {
     pub raw: bool,
     /// Ingress mode: drops are charged to the shaper.
     pub ingress: bool,
+    /// COBALT's target follows the flows' rounds at the rate in force: a packet is over
+    /// target only past four MTU times per bulk flow of its tin (sch_cake.c
+    /// `cobalt_should_drop` has two in ingress mode; four leave each bulk TCP flow the
+    /// four-packet window with which it still finds a loss by duplicate ACKs rather than a
+    /// timeout), and `set_rate` recomputes the tins' COBALT parameters from the new rate as
+    /// sch_cake.c `cake_set_rate` does. Ingress mode's charging of drops to the shaper is not
+    /// implied. For a subscriber's queue, whose rate is its own slow link (docs/circuits.md,
+    /// "Low-rate plans"); off for the link's shaper.
+    pub round_target: bool,
     /// Estimate capacity from arrivals and shape to 15/16 of it.
     pub autorate_ingress: bool,
     /// Memory limit in bytes; `None` derives it from rate and interval.
@@ -159,6 +168,7 @@ impl Default for CakeConfig {
             atm: AtmMode::None,
             raw: true,
             ingress: false,
+            round_target: false,
             autorate_ingress: false,
             memlimit: None,
             fwmark_mask: 0,

@@ -191,8 +191,12 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                         (slot.enqueue_ns, slot.adj_len, slot.len)
                     };
                     let sojourn = now.saturating_sub(enq);
+                    // `should_drop` floors the target at two MTU times per `bulk`: ingress
+                    // mode's term; `round_target` counts each bulk flow twice.
                     let bulk = if self.ingress {
                         self.stats.tins[t].bulk_flows
+                    } else if self.round_target {
+                        self.stats.tins[t].bulk_flows.saturating_mul(2)
                     } else {
                         0
                     };

@@ -399,6 +399,8 @@ pub struct Cake<P, const FLOWS: usize = FLOWS_PER_TIN> {
     dsrc: bool,
     ddst: bool,
     ingress: bool,
+    /// `CakeConfig::round_target`.
+    round_target: bool,
     ack_mode: AckFilterMode,
     backlog: u64,
     buffer_used: u64,

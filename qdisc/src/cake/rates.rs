@@ -11,7 +11,8 @@ use crate::Packet;
 
 impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     /// Sets every tin's rate and, unless `rate_only`, its COBALT parameters and flow
-    /// quantum, plus the memory limit (sch_cake.c `cake_configure_rates` after a3729e0df005:
+    /// quantum (with `round_target`, the COBALT parameters on a rate-only change too: the
+    /// MTU time the round's floor counts in is the rate's in force), plus the memory limit (sch_cake.c `cake_configure_rates` after a3729e0df005:
     /// never purges, never moves cursors).
     pub(super) fn configure_rates(&mut self, rate: u64, rate_only: bool) {
         let was_unlimited = self.rate.is_unlimited();
@@ -28,15 +29,17 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             tin.clock.reset_fraction();
             let st = &mut self.stats.tins[t];
             st.threshold_rate = share.threshold_bytes_per_sec;
-            if rate_only {
+            if rate_only && !self.round_target {
                 continue;
             }
-            self.turns[t].quantum = share.tin_quantum;
-            tin.flow_quantum = if share.threshold_bytes_per_sec == 0 {
-                1514
-            } else {
-                (share.threshold_bytes_per_sec >> 12).clamp(300, 1514) as u16
-            };
+            if !rate_only {
+                self.turns[t].quantum = share.tin_quantum;
+                tin.flow_quantum = if share.threshold_bytes_per_sec == 0 {
+                    1514
+                } else {
+                    (share.threshold_bytes_per_sec >> 12).clamp(300, 1514) as u16
+                };
+            }
             let mtu_time = tin.rate.duration_ns(mtu);
             tin.cparams =
                 CobaltParams::new(self.config.target_ns, self.config.interval_ns, mtu_time);
@@ -44,7 +47,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             st.interval_us = tin.cparams.interval_ns / 1000;
             st.flow_quantum = u32::from(tin.flow_quantum);
         }
-        if !rate_only {
+        if !rate_only || self.round_target {
             let mtu_time = self.tins[0].cparams.mtu_time_ns;
             for tin in &mut self.tins[self.tin_cnt..] {
                 tin.cparams.mtu_time_ns = mtu_time;

@@ -35,6 +35,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             ddst: false,
             overhead: Overhead::default(),
             ingress: false,
+            round_target: false,
             ack_mode: AckFilterMode::Off,
             rate_bps: 0,
             rate: RateNs::default(),
@@ -114,6 +115,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             atm: c.atm,
         };
         self.ingress = c.ingress;
+        self.round_target = c.round_target;
         self.ack_mode = c.ack_filter;
         self.hot = HotConfig {
             hash_key: c.hash_key,
@@ -206,6 +208,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             ddst: _,
             overhead: _,
             ingress: _,
+            round_target: _,
             ack_mode: _,
             rate_bps,
             rate,

@@ -650,6 +650,87 @@ fn ingress_mode_charges_aqm_drops_to_the_shaper() {
     );
 }
 
+/// Eight window-limited senders at 5 Mbit/s, each holding two 1000-byte packets queued and
+/// sending one more per packet delivered (a dropped packet shrinks its window, as TCP's
+/// does): AQM drops and packets delivered in two seconds.
+fn eight_windowed_flows(round_target: bool) -> (u64, u64) {
+    let mut c = cake(CakeConfig {
+        rate: Rate::from_bits_per_sec(5_000_000),
+        diffserv: DiffservMode::Besteffort,
+        flow_mode: FlowMode::Flows,
+        round_target,
+        ..CakeConfig::default()
+    });
+    let mut seq = 0;
+    for f in 0..8 {
+        for _ in 0..2 {
+            seq += 1;
+            c.enqueue(0, pkt(1000, f, seq), &udp_meta(1, 2, f, 0));
+        }
+    }
+    let (mut now, mut delivered) = (0, 0);
+    while now < 2_000_000_000 {
+        match c.dequeue(now) {
+            Dequeue::Packet(p) => {
+                delivered += 1;
+                seq += 1;
+                let f = p.flow;
+                c.enqueue(now, pkt(1000, f, seq), &udp_meta(1, 2, f, 0));
+            }
+            Dequeue::NotBefore(t) => now = t,
+            Dequeue::Empty => break,
+        }
+    }
+    (c.stats().dropped(DropReason::Aqm), delivered)
+}
+
+#[test]
+fn round_target_lets_a_slow_queue_serve_a_round_of_bulk_flows_without_dropping() {
+    // A round of 8 flows takes 8 x 1.6 ms at 5 Mbit/s, and each packet waits two: 26 ms,
+    // over the 5 ms target (and 4 MTU times, 9.7 ms), so plain COBALT keeps dropping until
+    // every window is one packet; with the rounds' floor (4 x 8 MTU times, 78 ms) it never
+    // starts.
+    let (plain_drops, plain_sent) = eight_windowed_flows(false);
+    let (round_drops, round_sent) = eight_windowed_flows(true);
+    assert!(plain_drops >= 8, "plain COBALT dropped {plain_drops}");
+    assert_eq!(round_drops, 0, "with the round's floor");
+    assert!(
+        round_sent >= plain_sent && round_sent >= 1240,
+        "{round_sent} delivered (plain {plain_sent}); 5 Mbit/s carries 1250 in 2 s"
+    );
+}
+
+#[test]
+fn round_target_set_rate_recomputes_cobalt_from_the_new_rate_and_nothing_else() {
+    let config = CakeConfig {
+        rate: Rate::from_bits_per_sec(30_000_000),
+        diffserv: DiffservMode::Besteffort,
+        round_target: true,
+        ..CakeConfig::default()
+    };
+    let mut c = cake(config.clone());
+    for f in 0..20 {
+        c.enqueue(0, pkt(1000, f, 0), &udp_meta(f, f, f, 0));
+    }
+    c.dequeue(0);
+    let before = (c.cursors(), c.len(), c.stats().tins[0].flow_quantum);
+    c.set_rate(Rate::from_bits_per_sec(5_000_000));
+    assert_eq!(
+        before,
+        (c.cursors(), c.len(), c.stats().tins[0].flow_quantum),
+        "queues, cursors and the quantum stay"
+    );
+    // As sch_cake.c's cake_set_rate derives them at 5 Mbit/s: the MTU time 2.4 ms, the
+    // target max(1.5 MTU times, 5 ms).
+    let at_5 = cake(CakeConfig {
+        rate: Rate::from_bits_per_sec(5_000_000),
+        ..config
+    });
+    assert_eq!(c.tins[0].cparams, at_5.tins[0].cparams);
+    assert_eq!(c.tins[0].cparams.mtu_time_ns / 100_000, 24);
+    c.check_invariants().unwrap();
+}
+
 #[test]
 fn autorate_estimates_the_arrival_rate() {
     let mut c = cake(CakeConfig {

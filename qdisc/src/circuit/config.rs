@@ -227,12 +227,16 @@ impl CircuitShaperConfig {
     }
 
     /// The CAKE configuration of `plan`'s instance: its options at its rate, with the
-    /// per-circuit memory and packet limits applied.
+    /// per-circuit memory and packet limits applied, and COBALT's target following the
+    /// flows' rounds at the rate in force (`CakeConfig::round_target`): a circuit's queue is
+    /// a slow link of its own, often a few Mbit/s, where a few full frames per flow outlast
+    /// the 5 ms target; under a node tree its rate is its share, below its plan.
     pub fn instance_config(&self, plan: &CircuitPlan) -> CakeConfig {
         CakeConfig {
             rate: plan.rate,
             memlimit: Some(plan.cake.memlimit.unwrap_or(self.circuit_memory_limit)),
             packet_limit: plan.cake.packet_limit.min(self.circuit_packet_limit),
+            round_target: true,
             ..plan.cake.clone()
         }
     }

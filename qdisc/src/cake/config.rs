@@ -129,7 +129,7 @@ pub struct CakeConfig {
     /// four-packet window with which it still finds a loss by duplicate ACKs rather than a
     /// timeout), and `set_rate` recomputes the tins' COBALT parameters from the new rate as
     /// sch_cake.c `cake_set_rate` does. Ingress mode's charging of drops to the shaper is not
-    /// implied. For a subscriber's queue, whose rate is its own slow link (docs/circuits.md,
+    /// implied; with `ingress` on, ingress mode's floor applies instead. For a subscriber's queue, whose rate is its own slow link (docs/circuits.md,
     /// "Low-rate plans"); off for the link's shaper.
     pub round_target: bool,
     /// Estimate capacity from arrivals and shape to 15/16 of it.

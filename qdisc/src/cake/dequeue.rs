@@ -4,6 +4,7 @@
 
 use super::cobalt::Verdict;
 use super::stats::ewma;
+use super::AqmMode;
 use super::{
     div_quantum, host_load_in, scaled_quantum, wyrand, Cake, FlowSet, ListId, Popped,
     DELAY_SAMPLE_EVERY, MAX_TINS, NIL, NIL16,
@@ -193,12 +194,10 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                     let sojourn = now.saturating_sub(enq);
                     // `should_drop` floors the target at two MTU times per `bulk`: ingress
                     // mode's term; `round_target` counts each bulk flow twice.
-                    let bulk = if self.ingress {
-                        self.stats.tins[t].bulk_flows
-                    } else if self.round_target {
-                        self.stats.tins[t].bulk_flows.saturating_mul(2)
-                    } else {
-                        0
+                    let bulk = match self.aqm {
+                        AqmMode::Egress => 0,
+                        AqmMode::Ingress => self.stats.tins[t].bulk_flows,
+                        AqmMode::Rounds => self.stats.tins[t].bulk_flows.saturating_mul(2),
                     };
                     let rand = (self.next_rand() >> 32) as u32;
                     let params = &self.tins[t].cparams;
@@ -216,7 +215,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                         return self.deliver(t, fid, head, now, sojourn, marked);
                     }
                     self.drop_at_dequeue(t, fid, s, adj, len, now);
-                    if self.ingress {
+                    if self.aqm == AqmMode::Ingress {
                         charged_since_gate |= !self.rate.is_unlimited();
                         break;
                     }
@@ -376,7 +375,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         len: u32,
         now: u64,
     ) {
-        if self.ingress {
+        if self.aqm == AqmMode::Ingress {
             self.advance_shaper(t, adj, now, true);
             let f = &mut self.flows[fid];
             f.deficit = f.deficit.saturating_sub(adj.min(i32::MAX as u32) as i32);

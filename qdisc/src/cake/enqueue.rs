@@ -3,6 +3,7 @@
 //! overflow drops from the fattest flow (`cake_drop`) while over the memory or packet limit.
 
 use super::ack_filter::{self, AckEntry};
+use super::AqmMode;
 use super::{
     clamp_u32, tin_of, wyrand, AckFilterMode, Cake, FlowSet, ListId, NIL, OVERFLOW_TIMEOUT,
 };
@@ -49,7 +50,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         };
         self.stats.tins[t].dropped_packets += 1;
         self.stats.count_drop(DropReason::Overflow, u64::from(len));
-        if self.ingress {
+        if self.aqm == AqmMode::Ingress {
             self.advance_shaper(t, adj, now, true);
         }
         self.release_slot(s);
@@ -230,7 +231,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             st.dropped_packets += 1;
             self.stats
                 .count_drop(DropReason::AckFilter, u64::from(vlen));
-            if self.ingress {
+            if self.aqm == AqmMode::Ingress {
                 self.advance_shaper(t, vadj, now, true);
             }
             result.dropped_packets += 1;

@@ -361,6 +361,21 @@ struct Autorate {
     last_reconfig_time: u64,
 }
 
+/// How COBALT's verdicts meet the shaper and the bulk flows, from [`CakeConfig`]'s
+/// `ingress` and `round_target` (one byte, so that it shares the first line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+enum AqmMode {
+    /// sch_cake.c's egress: the target stands alone.
+    #[default]
+    Egress,
+    /// `ingress`: two MTU times per bulk flow floor the target, and drops are charged to
+    /// the shaper (it takes precedence over `round_target`).
+    Ingress,
+    /// `round_target`: four MTU times per bulk flow floor the target.
+    Rounds,
+}
+
 /// The configuration values the packet path reads, copied out of [`CakeConfig`] by
 /// `apply_config` so that they share the instance's first cache lines (read through the
 /// config, they were two more lines per packet on a cold instance).
@@ -398,9 +413,7 @@ pub struct Cake<P, const FLOWS: usize = FLOWS_PER_TIN> {
     overflow_timeout: u32,
     dsrc: bool,
     ddst: bool,
-    ingress: bool,
-    /// `CakeConfig::round_target`.
-    round_target: bool,
+    aqm: AqmMode,
     ack_mode: AckFilterMode,
     backlog: u64,
     buffer_used: u64,

@@ -3,6 +3,7 @@
 //! charge of each packet to the clocks, and the bound on the credit banked while busy.
 
 use super::stats::ewma;
+use super::AqmMode;
 use super::{
     diffserv, Cake, CobaltParams, RateNs, AUTORATE_HOLDOFF_NS, MAX_CATCH_UP_NS, MAX_TINS,
     MIN_RATE_BYTES_PER_SEC,
@@ -29,7 +30,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             tin.clock.reset_fraction();
             let st = &mut self.stats.tins[t];
             st.threshold_rate = share.threshold_bytes_per_sec;
-            if rate_only && !self.round_target {
+            if rate_only && self.aqm != AqmMode::Rounds {
                 continue;
             }
             if !rate_only {
@@ -47,7 +48,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             st.interval_us = tin.cparams.interval_ns / 1000;
             st.flow_quantum = u32::from(tin.flow_quantum);
         }
-        if !rate_only || self.round_target {
+        if !rate_only || self.aqm == AqmMode::Rounds {
             let mtu_time = self.tins[0].cparams.mtu_time_ns;
             for tin in &mut self.tins[self.tin_cnt..] {
                 tin.cparams.mtu_time_ns = mtu_time;

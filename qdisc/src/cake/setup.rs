@@ -9,6 +9,7 @@ use super::heap::OverflowHeap;
 use super::shaper::{Clock, Overhead, RateNs};
 use super::stats::{delay_histogram, is_unused_histogram};
 use super::table::FlowTable;
+use super::AqmMode;
 use super::{
     AckFilterMode, Autorate, Cake, CakeConfig, CakeStats, ConfigError, Flow, FlowSet, Host,
     HotConfig, Link, ListId, Slot, TinTurn, COMPACT_FIRST_SLOTS, NIL,
@@ -34,8 +35,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             dsrc: false,
             ddst: false,
             overhead: Overhead::default(),
-            ingress: false,
-            round_target: false,
+            aqm: AqmMode::Egress,
             ack_mode: AckFilterMode::Off,
             rate_bps: 0,
             rate: RateNs::default(),
@@ -114,8 +114,13 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             mpu: c.mpu,
             atm: c.atm,
         };
-        self.ingress = c.ingress;
-        self.round_target = c.round_target;
+        self.aqm = if c.ingress {
+            AqmMode::Ingress
+        } else if c.round_target {
+            AqmMode::Rounds
+        } else {
+            AqmMode::Egress
+        };
         self.ack_mode = c.ack_filter;
         self.hot = HotConfig {
             hash_key: c.hash_key,
@@ -207,8 +212,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             dsrc: _,
             ddst: _,
             overhead: _,
-            ingress: _,
-            round_target: _,
+            aqm: _,
             ack_mode: _,
             rate_bps,
             rate,

@@ -2,9 +2,11 @@
 //! and 100 000 prefixes.
 //!
 //! Tables look like an ISP's: IPv4 mostly /32 subscribers with some /29 and /30 inside
-//! 100.64.0.0/10; IPv6 /56 delegations with some /64 inside one /32. No two prefixes
-//! overlap (validation refuses that across circuits). Addresses come in two mixes, measured
-//! side by side:
+//! 100.64.0.0/10. IPv6 delegations from four /32 allocations (two of them sharing their top
+//! 16 bits, as the /32s of one /29 do), each carved into pools as operators do: 70 % /56s
+//! drawn at random from two /40 pools, 15 % /48s from a /34, 12 % /64s from a /48 and 3 %
+//! /128 hosts numbered in the last 24 bits of one /64. No two prefixes overlap (validation
+//! refuses that across circuits). Addresses come in two mixes, measured side by side:
 //! * `skewed`: the traffic of a busy hour, 90 % from 1 000 active subscribers and 10 % from
 //!   anywhere in the table;
 //! * `uniform`: every packet from a prefix drawn uniformly from the whole table (the worst
@@ -24,7 +26,15 @@
 //! on a machine shared with other work, time the thread spends descheduled is not counted
 //! (what the others do to the caches still is). Criterion prints it per 4096 lookups.
 //!
+//! Before the rows, each table prints its memory and the mean number of dependent loads per
+//! lookup (`Lpm::dependent_loads`) for each mix.
+//!
 //! Run: `cargo bench -p circuits --bench lpm -- --warm-up-time 1 --measurement-time 2`
+//!
+//! With `LPM_PROBE=FAMILY,PREFIXES,MIX,ROUNDS` (say `v6,100000,skewed,10`) the binary instead
+//! builds that one table and looks its 4096 addresses up ROUNDS times in bursts of 32, for
+//! callgrind: two runs with different ROUNDS give the instructions per lookup, which the load
+//! of a shared machine does not change.
 
 use std::hint::black_box;
 
@@ -33,7 +43,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use circuits::prefix::mask;
 use circuits::{Family, Lpm, Prefix};
 use criterion::measurement::{Measurement, ValueFormatter};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use ip_network_table::IpNetworkTable;
 use ipnet::{Ipv4Net, Ipv6Net};
 use prefix_trie::PrefixMap;
@@ -57,43 +67,67 @@ impl Rng {
     }
 }
 
-/// `n` distinct, non-overlapping prefixes of `family`.
-fn table(family: Family, n: usize, rng: &mut Rng) -> Vec<(Prefix, u32)> {
+/// The IPv6 allocations (/32s) the table's delegations come from.
+const V6_BLOCKS: [u128; 4] = [
+    0x2001_0db8 << 96,
+    0x3fff_0000 << 96,
+    0x3fff_0001 << 96,
+    0x3fff_0a00 << 96,
+];
+
+/// `n` distinct, non-overlapping IPv6 delegations from the pools of [`V6_BLOCKS`].
+fn table_v6(n: usize, rng: &mut Rng) -> Vec<(Prefix, u32)> {
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
-        let (base, len) = match family {
-            // 100.64.0.0/10; 1 in 8 a /29 or /30.
-            Family::V4 => {
-                let len = match rng.below(16) {
-                    0 => 29,
-                    1 => 30,
-                    _ => 32,
-                };
-                (u128::from(0x6440_0000u32) << 96, len)
-            }
-            // 2001:db8::/32; 1 in 8 a /64.
-            Family::V6 => {
-                let len = if rng.below(8) == 0 { 64 } else { 56 };
-                (0x2001_0db8u128 << 96, len)
-            }
-        };
-        // The host part below the family's fixed top bits: random, then cut to the length.
-        let top = match family {
-            Family::V4 => 10,
-            Family::V6 => 32,
+        let block = V6_BLOCKS[rng.below(V6_BLOCKS.len())];
+        // (pool, pool length, delegation length); pools sit at different offsets in the /32.
+        let (pool, pool_len, len) = match rng.below(100) {
+            0..=69 => ((0x80 + rng.below(2) as u128) << 88, 40, 56),
+            70..=84 => (1 << 94, 34, 48),
+            85..=96 => (0xc000 << 80, 48, 64),
+            _ => ((0xc001 << 80) | 0xff00_0000, 104, 128),
         };
         let random = (u128::from(rng.next()) << 64) | u128::from(rng.next());
-        let bits = (base & mask(top)) | (random & !mask(top));
+        let bits = (block | pool | (random & !mask(pool_len))) & mask(len);
+        if seen.insert(bits) {
+            let p = Prefix {
+                family: Family::V6,
+                bits,
+                len,
+            };
+            out.push((p, out.len() as u32));
+        }
+    }
+    out
+}
+
+/// `n` distinct, non-overlapping prefixes of `family`.
+fn table(family: Family, n: usize, rng: &mut Rng) -> Vec<(Prefix, u32)> {
+    if family == Family::V6 {
+        return table_v6(n, rng);
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        // 100.64.0.0/10; 1 in 8 a /29 or /30.
+        let len = match rng.below(16) {
+            0 => 29,
+            1 => 30,
+            _ => 32,
+        };
+        let base = u128::from(0x6440_0000u32) << 96;
+        // The host part below the fixed top bits: random, then cut to the length.
+        let random = (u128::from(rng.next()) << 64) | u128::from(rng.next());
+        let bits = (base & mask(10)) | (random & !mask(10));
         let p = Prefix {
             family,
             bits: bits & mask(len),
             len,
         };
-        // Keep only prefixes that do not overlap an earlier one (checked at /29 and /56
-        // granularity, the shortest lengths used).
-        let coarse = p.bits & mask(if family == Family::V4 { 29 } else { 56 });
-        if seen.insert(coarse) {
+        // Keep only prefixes that do not overlap an earlier one (checked at /29, the shortest
+        // length used).
+        if seen.insert(p.bits & mask(29)) {
             out.push((p, out.len() as u32));
         }
     }
@@ -279,24 +313,75 @@ impl ValueFormatter for ThreadCpu {
     }
 }
 
+/// The table of `family` with `n` prefixes and its addresses, skewed then uniform: the same
+/// for the rows and the probe.
+fn setup(family: Family, n: usize) -> (Vec<(Prefix, u32)>, [Vec<u128>; 2]) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ n as u64);
+    let t = table(family, n, &mut rng);
+    let skewed = addresses(&t, true, &mut rng);
+    let uniform = addresses(&t, false, &mut rng);
+    (t, [skewed, uniform])
+}
+
+/// The mean of [`Lpm::dependent_loads`] over `addrs`.
+fn mean_loads(lpm: &Lpm, family: Family, addrs: &[u128]) -> f64 {
+    let total: u32 = addrs
+        .iter()
+        .map(|&a| match family {
+            Family::V4 => lpm.dependent_loads(Ipv4Addr::from((a >> 96) as u32).into()),
+            Family::V6 => lpm.dependent_loads(Ipv6Addr::from(a).into()),
+        })
+        .sum();
+    f64::from(total) / addrs.len() as f64
+}
+
+/// `LPM_PROBE=FAMILY,PREFIXES,MIX,ROUNDS`: ROUNDS passes of burst lookups over one table's
+/// addresses, for callgrind.
+fn probe(spec: &str) {
+    let parts: Vec<&str> = spec.split(',').collect();
+    let [fam, n, mix, rounds] = parts[..] else {
+        panic!("LPM_PROBE is FAMILY,PREFIXES,MIX,ROUNDS (say v6,100000,skewed,10), not {spec}");
+    };
+    let family = if fam == "v4" { Family::V4 } else { Family::V6 };
+    let n: usize = n.parse().expect("PREFIXES is a number");
+    let rounds: usize = rounds.parse().expect("ROUNDS is a number");
+    let (t, [skewed, uniform]) = setup(family, n);
+    let addrs = if mix == "skewed" { skewed } else { uniform };
+    let lpm = Lpm::build(t.iter().copied()).unwrap();
+    let v4: Vec<u32> = addrs.iter().map(|&a| (a >> 96) as u32).collect();
+    let mut out = [None; 32];
+    let mut s = 0u32;
+    for _ in 0..rounds {
+        for (a4, a6) in v4.chunks(32).zip(addrs.chunks(32)) {
+            match family {
+                Family::V4 => lpm.lookup_v4_batch(black_box(a4), &mut out),
+                Family::V6 => lpm.lookup_v6_batch(black_box(a6), &mut out),
+            }
+            s = out.iter().fold(s, |s, v| s.wrapping_add(v.unwrap_or(0)));
+        }
+    }
+    println!("{fam} {n} {mix} x{rounds}: {s}");
+}
+
 fn benches(c: &mut Criterion<ThreadCpu>) {
     let mut g = c.benchmark_group("lpm");
     g.throughput(Throughput::Elements(BATCH as u64));
     for family in [Family::V4, Family::V6] {
         for n in [10_000, 100_000] {
-            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ n as u64);
-            let t = table(family, n, &mut rng);
+            let (t, mixes) = setup(family, n);
             let lpm = Lpm::build(t.iter().copied()).unwrap();
             let ranges = Ranges::new(&t);
             let others = Others::new(&t);
             let fam = if family == Family::V4 { "v4" } else { "v6" };
             eprintln!(
-                "lpm {fam} {n}: {:.2} MiB, {:.1} bytes per prefix",
+                "lpm {fam} {n}: {:.2} MiB, {:.1} bytes per prefix, dependent loads per lookup \
+                 {:.2} skewed, {:.2} uniform",
                 lpm.memory_bytes() as f64 / (1 << 20) as f64,
-                lpm.memory_bytes() as f64 / n as f64
+                lpm.memory_bytes() as f64 / n as f64,
+                mean_loads(&lpm, family, &mixes[0]),
+                mean_loads(&lpm, family, &mixes[1]),
             );
-            for skewed in [true, false] {
-                let addrs = addresses(&t, skewed, &mut rng);
+            for (skewed, addrs) in [true, false].into_iter().zip(mixes) {
                 let v4: Vec<u32> = addrs.iter().map(|&a| (a >> 96) as u32).collect();
                 let single = |a: u128| match family {
                     Family::V4 => lpm.lookup_v4((a >> 96) as u32),
@@ -360,4 +445,13 @@ criterion_group! {
     config = Criterion::default().with_measurement(ThreadCpu);
     targets = benches
 }
-criterion_main!(lpm_benches);
+
+fn main() {
+    match std::env::var("LPM_PROBE") {
+        Ok(spec) => probe(&spec),
+        Err(_) => {
+            lpm_benches();
+            Criterion::default().configure_from_args().final_summary();
+        }
+    }
+}

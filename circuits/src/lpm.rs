@@ -326,6 +326,25 @@ impl Trie {
         entry & !LEAF_FLAG
     }
 
+    /// How many dependent loads [`Trie::lookup`] makes for `key`: the direct entry, the
+    /// skip, each node's part and the answer.
+    fn loads<K: Key>(&self, key: K) -> u32 {
+        let entry = self.direct[key.direct()];
+        let mut loads = 1 + u32::from(entry & (LEAF_FLAG | SKIP_FLAG) == SKIP_FLAG);
+        let (mut entry, mut depth) = self.start(key);
+        while entry & LEAF_FLAG == 0 {
+            loads += 1;
+            match self.descend(key, entry, depth) {
+                Ok(next) => (entry, depth) = next,
+                Err(_) => {
+                    loads += 1;
+                    entry = LEAF_FLAG;
+                }
+            }
+        }
+        loads
+    }
+
     /// The direct entry of `key`, past its skip if it has one: an answer (with
     /// [`LEAF_FLAG`]) or the node to walk from, and the depth there.
     #[inline(always)]
@@ -528,6 +547,16 @@ impl Lpm {
         match addr {
             std::net::IpAddr::V4(a) => self.lookup_v4(u32::from(a)),
             std::net::IpAddr::V6(a) => self.lookup_v6(u128::from(a)),
+        }
+    }
+
+    /// How many loads a lookup of `addr` makes, each waiting on the one before (the
+    /// benchmark reports their mean; a burst overlaps different addresses' chains, not one's).
+    #[doc(hidden)]
+    pub fn dependent_loads(&self, addr: std::net::IpAddr) -> u32 {
+        match addr {
+            std::net::IpAddr::V4(a) => self.v4.loads(u64::from(u32::from(a)) << 32),
+            std::net::IpAddr::V6(a) => self.v6.loads(u128::from(a)),
         }
     }
 

@@ -14,12 +14,13 @@
 //! [`shaped_devices`], [`network_json`] and [`native`] (importers), [`validate`] (whole-set
 //! checks), [`lpm`] (the lookup table), [`publish`] (lock-free hand-over of a rebuilt table),
 //! [`serve`] (the part of the tree one box carries), [`summary`] (what `check-circuits`
-//! says).
+//! says); `popcnt` (the lookup compiled for the CPU's bit count, the crate's only `unsafe`).
 
 pub mod lpm;
 pub mod model;
 pub mod native;
 pub mod network_json;
+mod popcnt;
 pub mod prefix;
 pub mod problem;
 pub mod publish;

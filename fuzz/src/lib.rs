@@ -198,7 +198,8 @@ pub fn circuits_import(data: &[u8]) {
 /// `lpm_build`: prefixes from the fuzzer's bytes (family, bits, length, answer; 19 bytes
 /// each, up to 256), then probe addresses: the table answers every probe, and the first and
 /// last address of every prefix, exactly as a linear scan does, one address at a time and in
-/// bursts ([`circuits::Lpm::lookup_v4_batch`], [`circuits::Lpm::lookup_v6_batch`]).
+/// bursts ([`circuits::Lpm::lookup_v4_batch`], [`circuits::Lpm::lookup_v6_batch`]). So does
+/// the same table built with an IPv6 block for every /32 that holds two longer prefixes.
 pub fn lpm_build(data: &[u8]) {
     use circuits::lpm::{linear_scan, Lpm};
     use circuits::prefix::mask;
@@ -220,6 +221,8 @@ pub fn lpm_build(data: &[u8]) {
         prefixes.push((Prefix { family, bits, len }, u32::from(b.u16())));
     }
     let table = Lpm::build(prefixes.iter().copied()).expect("16-bit answers always fit");
+    let blocked =
+        Lpm::build_with_block_min(prefixes.iter().copied(), 2).expect("16-bit answers always fit");
     let mut probes: Vec<std::net::IpAddr> = Vec::new();
     for (p, _) in &prefixes {
         let last = Prefix {
@@ -241,13 +244,20 @@ pub fn lpm_build(data: &[u8]) {
         });
     }
     let expected: Vec<Option<u32>> = probes.iter().map(|&a| linear_scan(&prefixes, a)).collect();
-    for (&a, &want) in probes.iter().zip(&expected) {
+    for table in [&table, &blocked] {
+        lpm_agrees(table, &probes, &expected);
+    }
+}
+
+/// [`lpm_build`]'s checks of one table: each probe, one at a time and in bursts.
+fn lpm_agrees(table: &circuits::Lpm, probes: &[std::net::IpAddr], expected: &[Option<u32>]) {
+    for (&a, &want) in probes.iter().zip(expected) {
         assert_eq!(table.lookup(a), want, "address {a}");
     }
     // The burst walks, over each family's probes in order (several bursts and a short last
     // one): the same answers as the scan.
     let (mut v4, mut v6) = (Vec::new(), Vec::new());
-    for (&a, &want) in probes.iter().zip(&expected) {
+    for (&a, &want) in probes.iter().zip(expected) {
         match a {
             std::net::IpAddr::V4(a) => v4.push((u32::from(a), want)),
             std::net::IpAddr::V6(a) => v6.push((u128::from(a), want)),

@@ -247,12 +247,13 @@ fn circuit_misses(p1: &Phase, p2: &Phase, idle: &[(usize, f64, f64)]) -> Vec<Str
                 let ratio = p.circuit_ratio(k, download, f64::from(plan) * 1e6);
                 // The goal is 0.98..1.02. Before circuits floored COBALT's target by their
                 // bulk flows (docs/circuits.md, "Low-rate plans") a quiet machine (load 0.9)
-                // saw 0.939-0.996, the 5 and 10 Mbit/s uploads lowest; with the floor, at
-                // load 10-12 (no quieter hour came), phases the machine did not stall gave
-                // 0.975-1.0. The floor sits below that, so that a regression still fails.
-                if !(0.95..=1.02).contains(&ratio) {
+                // saw 0.939-0.996, the 5 and 10 Mbit/s uploads lowest; with the floor, two
+                // attempts at load 4.4-4.7 gave 0.978-1.0 (and phases the machine did not
+                // stall at load 10-12, 0.975-1.0). The floor sits below that, so that a
+                // regression still fails.
+                if !(0.97..=1.02).contains(&ratio) {
                     misses.push(format!(
-                        "{}: circuit {}'s {} goodput is {ratio:.4} of its {plan} Mbit/s plan's ceiling after headers; want 0.95..1.02 (goal 0.98)",
+                        "{}: circuit {}'s {} goodput is {ratio:.4} of its {plan} Mbit/s plan's ceiling after headers; want 0.97..1.02 (goal 0.98)",
                         p.name,
                         s.id,
                         if download { "download" } else { "upload" }

@@ -415,9 +415,17 @@ proptest! {
         let mut seqs = [0u64; 256];
         let mut epochs = [0u32; 12];
         let mut last: std::collections::HashMap<u32, u64> = Default::default();
+        // CAKE's set-associative table (sch_cake.c `cake_hash`) lets a flow that finds no
+        // free way share another's queue and take its tag, so the owner's next packets may
+        // start a queue of their own, ahead of its older ones: with 64 flows per tin a busy
+        // class can hit that. Order is promised only while no instance saw a collision.
+        let reordered = std::cell::Cell::new(None);
+        let mut collided = false;
         let mut check = |p: &TestPacket| {
             if let Some(s) = last.insert(p.flow, p.seq) {
-                assert!(p.seq > s, "flow {} reordered", p.flow);
+                if p.seq <= s && reordered.get().is_none() {
+                    reordered.set(Some((p.flow, p.seq, s)));
+                }
             }
         };
         for op in ops {
@@ -488,6 +496,14 @@ proptest! {
             if let Err(e) = q.check_invariants() {
                 panic!("{e}");
             }
+            let collisions = |c: &qdisc::circuit::CircuitCake<TestPacket>| {
+                c.stats().tins.iter().map(|t| t.way_collisions).sum::<u64>()
+            };
+            collided |= (0..16).filter_map(|slot| q.instance(slot)).chain(q.default_instance())
+                .any(|c| collisions(c) > 0);
+            if let Some((flow, seq, after)) = reordered.get() {
+                prop_assert!(collided, "flow {} reordered (seq {} after {}) without a way collision", flow, seq, after);
+            }
         }
         // Drain, then account for everything.
         for _ in 0..100_000 {
@@ -498,6 +514,9 @@ proptest! {
             }
         }
         prop_assert!(q.is_empty());
+        if let Some((flow, seq, after)) = reordered.get() {
+            prop_assert!(collided, "flow {} reordered (seq {} after {}) without a way collision", flow, seq, after);
+        }
         let t = q.totals();
         prop_assert_eq!(t.sent_packets, delivered + bypassed);
         prop_assert_eq!(offered, delivered + bypassed + t.dropped_total());

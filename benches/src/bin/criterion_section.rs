@@ -40,16 +40,6 @@ struct Args {
     file: PathBuf,
 }
 
-fn commit() -> String {
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output();
-    match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        _ => "unknown".to_string(),
-    }
-}
-
 fn run(args: &Args) -> anyhow::Result<()> {
     let Some((_, package, bench, _)) = BENCHES.iter().find(|b| b.0 == args.name) else {
         anyhow::bail!(
@@ -83,7 +73,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     };
     let run = RunInfo {
         date: utc_now(),
-        commit: commit(),
+        commit: cakewalk_benches::report::commit(),
         machine: machine_line(),
         load: load_average(),
         command: args

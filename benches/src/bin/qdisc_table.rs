@@ -34,27 +34,6 @@ struct Args {
     file: PathBuf,
 }
 
-fn commit() -> String {
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output();
-    let dirty = std::process::Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
-        .output()
-        .is_ok_and(|o| !o.stdout.is_empty());
-    match out {
-        Ok(o) if o.status.success() => {
-            let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
-            if dirty {
-                format!("{id} (with uncommitted changes)")
-            } else {
-                id
-            }
-        }
-        _ => "unknown".to_string(),
-    }
-}
-
 fn run(args: &Args) -> anyhow::Result<()> {
     let dir = args.criterion_dir.clone().unwrap_or_else(|| {
         std::env::var_os("CARGO_TARGET_DIR")
@@ -79,7 +58,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     }
     let run = RunInfo {
         date: utc_now(),
-        commit: commit(),
+        commit: cakewalk_benches::report::commit(),
         machine: machine_line(),
         load: load_average(),
         command: args.command.clone(),

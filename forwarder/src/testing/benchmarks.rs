@@ -145,18 +145,28 @@ pub fn provenance(date: &str, commit: &str, machine: &str, load: &str, command: 
     format!("{date} at {commit} on {machine}, load average {load}. Command: `{command}`.")
 }
 
-/// The commit checked out ("5e4b6d3"), "unknown" outside a git checkout.
+/// The commit checked out ("5e4b6d3", "5e4b6d3 (with uncommitted changes)" when tracked
+/// files differ from it), "unknown" outside a git checkout.
 pub fn commit() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map_or_else(
-            || "unknown".to_string(),
-            |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        )
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    };
+    let Some(head) = git(&["rev-parse", "--short", "HEAD"]) else {
+        return "unknown".to_string();
+    };
+    let id = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|o| !o.stdout.is_empty());
+    if dirty {
+        format!("{id} (with uncommitted changes)")
+    } else {
+        id
+    }
 }
 
 /// [`provenance`] for a run ending now, on this machine, at this commit.

@@ -240,6 +240,56 @@ fn table(p: &Phase, idle: &[(usize, f64, f64)]) -> String {
     t
 }
 
+/// The tree-lab section of BENCHMARKS.md: one row per phase.
+fn section(phases: &[Phase; 3], idle: &[(usize, f64, f64)], misses: &[String]) -> String {
+    let mut t = String::from(
+        "| phase | binding node (cap, Mbit/s) | node goodput / ceiling, down / up | circuits / fair share, down | up | worst loaded ping p99 above idle |\n|---|---|---|---|---|---:|\n",
+    );
+    for p in phases {
+        let (node, _, cap) = binding_node(p);
+        let range = |download: bool| {
+            let r: Vec<f64> = (0..SUBSCRIBERS.len())
+                .filter(|&k| p.active[k])
+                .map(|k| share_ratio(p, k, download))
+                .collect();
+            let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{lo:.3}-{hi:.3}")
+        };
+        let worst = (0..SUBSCRIBERS.len())
+            .map(|k| p.ping[k].2 - idle[k].2)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let _ = writeln!(
+            t,
+            "| {} | {node} ({}/{}) | {:.4} / {:.4} | {} | {} | {worst:.2} ms |",
+            p.name,
+            cap.0,
+            cap.1,
+            node_ratio(p, true),
+            node_ratio(p, false),
+            range(true),
+            range(false),
+        );
+    }
+    format!(
+        "## Node tree lab (`forwarder/tests/tree_lab.rs`)\n{t}\n{} A site capped at {}/{} Mbit/s \
+         over two access points at {}/{}, three circuits of {}/{} under each, {STREAMS} TCP \
+         streams each way per loaded subscriber for {PHASE_SECS} s with a ping probe; phase 2 \
+         idles ap2 (its share is lent to ap1), phase 3 brings it back. Ceilings: the cap or \
+         the fair share after headers. Checks (docs/circuits.md): {}.\n",
+        forwarder::testing::benchmarks::run_line(
+            "sudo CAKEWALK_WRITE_BENCHMARKS=1 scripts/test lab"
+        ),
+        SITE.0,
+        SITE.1,
+        AP.0,
+        AP.1,
+        PLAN.0,
+        PLAN.1,
+        forwarder::testing::benchmarks::verdict(misses),
+    )
+}
+
 /// The performance checks; returns what missed.
 fn misses(phases: &[Phase; 3], idle: &[(usize, f64, f64)]) -> Vec<String> {
     let mut misses = Vec::new();
@@ -401,6 +451,11 @@ fn a_site_over_two_access_points_holds_its_cap_and_lends_an_idle_aps_share() {
         for n in ["site", "ap1", "ap2"] {
             assert!(nodes.contains(n), "`ctl nodes` does not list {n}: {nodes}");
         }
-        misses(&phases, &idle)
+        let misses = misses(&phases, &idle);
+        forwarder::testing::benchmarks::write_if_asked(
+            "tree-lab",
+            &section(&phases, &idle, &misses),
+        );
+        misses
     });
 }

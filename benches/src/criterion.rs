@@ -79,6 +79,21 @@ pub fn read_row(new_dir: &Path) -> anyhow::Result<(String, Measurement)> {
     ))
 }
 
+/// Criterion's results directory: `given`, else `$CARGO_TARGET_DIR/criterion`, else
+/// `target/criterion`.
+pub fn results_dir(given: Option<PathBuf>) -> PathBuf {
+    given.unwrap_or_else(|| {
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| PathBuf::from("target"), PathBuf::from)
+            .join("criterion")
+    })
+}
+
+/// A `--since` argument (seconds since the Unix epoch) as a time.
+pub fn since(secs: Option<u64>) -> Option<SystemTime> {
+    secs.map(|s| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s))
+}
+
 /// Every row under `criterion_dir` whose estimates were written at or after `since` (all of
 /// them when `None`), by criterion id ("cake_diffserv3_triple/unlimited/1024").
 ///

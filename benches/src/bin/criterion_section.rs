@@ -5,12 +5,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use clap::Parser;
 
-use cakewalk_benches::criterion::{collect, RunInfo};
+use cakewalk_benches::criterion::{collect, results_dir, since, RunInfo};
 use cakewalk_benches::report::{load_average, machine_line, update_section, utc_now};
 use cakewalk_benches::sections::{render, BENCHES};
 
@@ -48,14 +47,8 @@ fn run(args: &Args) -> anyhow::Result<()> {
             BENCHES.map(|b| b.0).join(", ")
         );
     };
-    let dir = args.criterion_dir.clone().unwrap_or_else(|| {
-        std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| PathBuf::from("target"), PathBuf::from)
-            .join("criterion")
-    });
-    let since = args
-        .since
-        .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+    let dir = results_dir(args.criterion_dir.clone());
+    let since = since(args.since);
     let rows = collect(&dir, since)?;
     if rows.is_empty() {
         anyhow::bail!(

@@ -368,6 +368,31 @@ mod tests {
 
     /// Link 100 Mbit/s; node 0 capped at 30 over circuits 0 and 1 (plans 50), circuit 2
     /// (plan `c2` Mbit/s) under the link.
+    /// Keeps circuits `0..senders` eight 1000-byte packets deep and sends whatever is due,
+    /// every 50 us until `until`; `seq` numbers the packets.
+    fn saturate(
+        q: &mut CircuitShaper<TestPacket>,
+        senders: u32,
+        until: u64,
+        now: &mut u64,
+        seq: &mut u64,
+    ) {
+        while *now < until {
+            for slot in 0..senders {
+                while q.instance(slot).map_or(0, |c| c.len()) < 8 {
+                    let meta = PacketMeta {
+                        circuit: Some(slot),
+                        ..udp_meta(slot, 1, slot, 0)
+                    };
+                    q.enqueue(*now, TestPacket::new(1000, slot, *seq), &meta);
+                    *seq += 1;
+                }
+            }
+            while let Dequeue::Packet(_) = q.dequeue(*now) {}
+            *now += 50_000;
+        }
+    }
+
     fn three_circuits(c2: u64) -> (CircuitShaperConfig, [TreeNode; 1]) {
         let plan = |mbit: u64, parent: Option<u32>| {
             let mut p = CircuitPlan::new(Rate::from_bits_per_sec(mbit * MBIT));
@@ -394,25 +419,8 @@ mod tests {
         let tree = TreeRef::build(&config, &nodes, sync).unwrap();
         config.rate_tree = Some(tree.clone());
         let mut q: CircuitShaper<TestPacket> = CircuitShaper::new(&config).unwrap();
-        let meta = |slot: u32| PacketMeta {
-            circuit: Some(slot),
-            ..udp_meta(slot, 1, slot, 0)
-        };
-        let mut seq = 0;
-        let mut now = 0;
-        let mut run = |q: &mut CircuitShaper<TestPacket>, until: u64, now: &mut u64| {
-            while *now < until {
-                for slot in 0..3u32 {
-                    while q.instance(slot).map_or(0, |c| c.len()) < 8 {
-                        q.enqueue(*now, TestPacket::new(1000, slot, seq), &meta(slot));
-                        seq += 1;
-                    }
-                }
-                while let Dequeue::Packet(_) = q.dequeue(*now) {}
-                *now += 50_000;
-            }
-        };
-        run(&mut q, 100 * MS, &mut now);
+        let (mut seq, mut now) = (0, 0);
+        saturate(&mut q, 3, 100 * MS, &mut now, &mut seq);
         let mbit = |r: Rate| r.bits_per_sec() / MBIT;
         let rate_of = |q: &CircuitShaper<TestPacket>, slot: u32| {
             mbit(q.instance(slot).unwrap().current_rate())
@@ -479,7 +487,7 @@ mod tests {
         // their shares stay.
         assert_eq!((rate_of(&q, 0), rate_of(&q, 1)), (15, 15));
         now = next;
-        run(&mut q, now + 200 * MS, &mut now);
+        saturate(&mut q, 3, now + 200 * MS, &mut now, &mut seq);
         // Raised again: the share follows at the sync that computes next.
         let (mut higher, _) = three_circuits(100);
         let changes = tree.max_changes(&higher, &nodes, sync).unwrap();
@@ -512,28 +520,11 @@ mod tests {
         };
         config.rate_tree = Some(TreeRef::build(&config, &[node], sync).unwrap());
         let mut q: CircuitShaper<TestPacket> = CircuitShaper::new(&config).unwrap();
-        let meta = |slot: u32| PacketMeta {
-            circuit: Some(slot),
-            ..udp_meta(slot, 1, slot, 0)
-        };
         let (mut seq, mut now) = (0, 0);
-        let mut run =
-            |q: &mut CircuitShaper<TestPacket>, senders: u32, until: u64, now: &mut u64| {
-                while *now < until {
-                    for slot in 0..senders {
-                        while q.instance(slot).map_or(0, |c| c.len()) < 8 {
-                            q.enqueue(*now, TestPacket::new(1000, slot, seq), &meta(slot));
-                            seq += 1;
-                        }
-                    }
-                    while let Dequeue::Packet(_) = q.dequeue(*now) {}
-                    *now += 50_000;
-                }
-            };
         let rate = |q: &CircuitShaper<TestPacket>| q.instance(0).unwrap().current_rate();
-        run(&mut q, 2, 100 * MS, &mut now);
+        saturate(&mut q, 2, 100 * MS, &mut now, &mut seq);
         assert_eq!(rate(&q), Rate::from_bits_per_sec(15 * MBIT));
-        run(&mut q, 1, now + 400 * MS, &mut now);
+        saturate(&mut q, 1, now + 400 * MS, &mut now, &mut seq);
         assert_eq!(rate(&q), Rate::from_bits_per_sec(20 * MBIT));
         q.check_invariants().unwrap();
     }

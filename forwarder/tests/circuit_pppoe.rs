@@ -15,10 +15,9 @@
 
 use std::net::IpAddr;
 use std::path::Path;
-use std::process::Command;
 
 mod common;
-use common::{run_pcap, write_pcap};
+use common::run_pcap;
 
 /// The subscribers: PPPoE session ID, VLAN ID and address; subscriber `i` is circuit `i + 1`
 /// (and circuit 4, at an address no frame carries, must count nothing).
@@ -110,35 +109,13 @@ fn write_circuits(dir: &Path) -> std::path::PathBuf {
 /// report and what port b wrote.
 fn forward(up: bool) -> (serde_json::Value, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let dir = tempfile::tempdir().unwrap();
-    let (input, output, stats) = (
-        dir.path().join("in.pcap"),
-        dir.path().join("out.pcap"),
-        dir.path().join("stats.jsonl"),
-    );
     let sent = frames(up);
-    write_pcap(&input, &sent);
     let config = write_circuits(dir.path());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cakewalk"));
-    cmd.args(["run", "--config"])
-        .arg(&config)
-        .args(["--port-kind", "pcap", "--input"])
-        .arg(&input)
-        .arg("--output")
-        .arg(&output)
-        .arg("--stats-json")
-        .arg(&stats)
-        .args([
-            "--rate",
-            "unlimited",
-            "--duration",
-            "10s",
-            "--control",
-            "off",
-        ]);
+    let mut extra = vec!["--rate", "unlimited", "--duration", "10s"];
     if !up {
-        cmd.args(["--set", "ports.uplink=\"a\""]);
+        extra.extend(["--set", "ports.uplink=\"a\""]);
     }
-    let (report, received) = run_pcap(cmd, &stats, &output);
+    let (report, received) = run_pcap(dir.path(), &config, &sent, &extra);
     (report, sent, received)
 }
 

@@ -5,10 +5,8 @@
 //! waited in the queue (the rate is low enough that most wait); with `wash` in one circuit's
 //! `sqm` only that circuit's frames are washed; without it nothing changes.
 
-use std::process::Command;
-
 mod common;
-use common::{run_pcap, write_pcap};
+use common::run_pcap;
 
 /// The subscribers (circuit `i + 1` holds address `i`).
 const SUBSCRIBERS: [&str; 2] = ["100.64.0.1", "2001:db8:2::1"];
@@ -75,13 +73,7 @@ fn forward(
     rate: &str,
 ) -> (serde_json::Value, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let dir = tempfile::tempdir().unwrap();
-    let (input, output, stats) = (
-        dir.path().join("in.pcap"),
-        dir.path().join("out.pcap"),
-        dir.path().join("stats.jsonl"),
-    );
     let sent = frames();
-    write_pcap(&input, &sent);
     let mut csv = String::from(
         "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment,sqm\n",
     );
@@ -96,17 +88,12 @@ fn forward(
     std::fs::write(dir.path().join("ShapedDevices.csv"), csv).unwrap();
     let config_path = dir.path().join("cakewalk.toml");
     std::fs::write(&config_path, config).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cakewalk"));
-    cmd.args(["run", "--config"])
-        .arg(&config_path)
-        .args(["--port-kind", "pcap", "--input"])
-        .arg(&input)
-        .arg("--output")
-        .arg(&output)
-        .arg("--stats-json")
-        .arg(&stats)
-        .args(["--rate", rate, "--duration", "20s", "--control", "off"]);
-    let (report, received) = run_pcap(cmd, &stats, &output);
+    let (report, received) = run_pcap(
+        dir.path(),
+        &config_path,
+        &sent,
+        &["--rate", rate, "--duration", "20s"],
+    );
     assert_eq!(report["conservation"]["ok"], true, "{report}");
     (report, sent, received)
 }

@@ -9,7 +9,7 @@ use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 
 /// Writes `frames` to `path` as an Ethernet capture, 100 µs apart.
-pub(crate) fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
     let file = std::fs::File::create(path).expect("create the input pcap");
     let header = PcapHeader {
         datalink: DataLink::ETHERNET,
@@ -24,7 +24,7 @@ pub(crate) fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
 }
 
 /// Every frame of the capture at `path`, in order.
-pub(crate) fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
     let file = std::fs::File::open(path).expect("open the output pcap");
     let mut r = PcapReader::new(file).expect("the output is a pcap");
     let mut out = Vec::new();
@@ -34,23 +34,42 @@ pub(crate) fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
     out
 }
 
-/// Runs `cmd` (a `cakewalk run` whose stats go to `stats` and whose port b writes
-/// `output`), checks that it succeeded, and returns its final JSON report and the frames
-/// port b wrote.
+/// Runs `cakewalk run --config CONFIG` on pcap ports with `extra` arguments: port a
+/// replays `frames` (written to `dir`), port b writes what it transmits. Checks that it
+/// succeeded and returns its final JSON report and the frames port b wrote.
 pub(crate) fn run_pcap(
-    mut cmd: Command,
-    stats: &Path,
-    output: &Path,
+    dir: &Path,
+    config: &Path,
+    frames: &[Vec<u8>],
+    extra: &[&str],
 ) -> (serde_json::Value, Vec<Vec<u8>>) {
-    let out = cmd.output().expect("run cakewalk");
+    let (input, output, stats) = (
+        dir.join("in.pcap"),
+        dir.join("out.pcap"),
+        dir.join("stats.jsonl"),
+    );
+    write_pcap(&input, frames);
+    let out = Command::new(env!("CARGO_BIN_EXE_cakewalk"))
+        .args(["run", "--config"])
+        .arg(config)
+        .args(["--port-kind", "pcap", "--input"])
+        .arg(&input)
+        .arg("--output")
+        .arg(&output)
+        .arg("--stats-json")
+        .arg(&stats)
+        .args(["--control", "off"])
+        .args(extra)
+        .output()
+        .expect("run cakewalk");
     assert!(
         out.status.success(),
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = std::fs::read_to_string(stats).unwrap_or_default();
+    let text = std::fs::read_to_string(&stats).unwrap_or_default();
     let report = serde_json::from_str(text.lines().last().unwrap_or_default())
         .unwrap_or_else(|e| panic!("no final report ({e}): {text}"));
-    (report, read_pcap(output))
+    (report, read_pcap(&output))
 }

@@ -771,9 +771,9 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
         for (pkt, meta) in pkts.iter_mut().zip(metas) {
             let inst = self.slots[self.class_of(meta) as usize].inst;
             if let Some(i) = self.insts.get(inst as usize) {
-                if i.cake.config().wash {
-                    pkt.wash_dscp();
-                }
+                // The instance's own rule (its hot copy of `wash`, not the cold config).
+                i.cake
+                    .rewrite_passed(std::slice::from_mut(pkt), std::slice::from_ref(meta));
             }
         }
     }

@@ -334,27 +334,38 @@ fn a_one_off_set_and_a_reload_change_one_plan_while_the_others_continue() {
             * 8.0
             / secs
     };
-    let judged = [(0, p1), (p1, p2), (p2, p3)].map(|(f, t)| offered(f, t) / 4.0 >= 2.0 * 3e6);
+    // ... and only when c, offered 10 Mbit/s against its unchanged 3, got at least 90 % of
+    // it: a worker starved of its core (CI runs tests side by side on two cores) delivers
+    // every circuit short, alike, for seconds at a time. Every check below is then a ratio
+    // to c, so what it judges is the plans' proportions, not the machine's speed.
+    let phases = [first, set, reloaded];
+    let judged = [(0, p1), (p1, p2), (p2, p3)]
+        .map(|(f, t)| offered(f, t) / 4.0 >= 2.0 * 3e6)
+        .iter()
+        .zip(phases)
+        .map(|(fed, rates)| *fed && rates[2] >= 0.9 * 3e6)
+        .collect::<Vec<_>>();
     eprintln!("phases (a, b, c bit/s): {first:?} {set:?} {reloaded:?}; judged {judged:?}");
     if judged.contains(&false) {
-        eprintln!("INCONCLUSIVE: the generator offered under twice the plans in a phase; the machine is too busy to judge the rates");
+        eprintln!("INCONCLUSIVE: in a phase the generator offered under twice the plans or the worker delivered under 90 % of c's; the machine is too busy to judge the rates");
     } else {
+        let to_c = |rates: [f64; 3], i: usize| rates[i] / rates[2];
         // c (3 Mbit/s) never changed: it is the yardstick.
-        assert!(within(first[0] / first[2], 1.0 / 3.0), "{first:?}");
-        // a at 3 Mbit/s after the set: c's rate to within a few %, and three times its
-        // own before (each circuit is offered 10 Mbit/s, so both are at their plans).
+        assert!(within(to_c(first, 0), 1.0 / 3.0), "{first:?}");
+        // a at 3 Mbit/s after the set: c's rate to within a few %, three times its share
+        // before (each circuit is offered 10 Mbit/s, so both are at their plans).
         assert!(
-            (0.95..1.05).contains(&(set[0] / set[2])),
+            (0.95..1.05).contains(&to_c(set, 0)),
             "a at c's 3 Mbit/s after the set: a/c = {} ({set:?})",
-            set[0] / set[2]
+            to_c(set, 0)
         );
         assert!(
-            within(set[0] / first[0], 3.0),
+            within(to_c(set, 0) / to_c(first, 0), 3.0),
             "a tripled after the set: {first:?} {set:?}"
         );
         // b and c did not notice.
         assert!(
-            within(set[1] / first[1], 1.0),
+            within(to_c(set, 1) / to_c(first, 1), 1.0),
             "b unchanged: {first:?} {set:?}"
         );
         assert!(
@@ -362,13 +373,10 @@ fn a_one_off_set_and_a_reload_change_one_plan_while_the_others_continue() {
             "c unchanged: {first:?} {set:?}"
         );
         assert!(
-            within(reloaded[0] / reloaded[2], 1.0 / 3.0),
+            within(to_c(reloaded, 0), 1.0 / 3.0),
             "a back at 1: {reloaded:?}"
         );
-        assert!(
-            within(reloaded[1] / reloaded[2], 1.0 / 3.0),
-            "b at 1: {reloaded:?}"
-        );
+        assert!(within(to_c(reloaded, 1), 1.0 / 3.0), "b at 1: {reloaded:?}");
         assert!(
             within(reloaded[2] / first[2], 1.0),
             "c went on: {first:?} {reloaded:?}"

@@ -598,9 +598,9 @@ fn a_link_that_goes_down_and_up_again_forwards_again_by_itself() {
 // egress bytes that carried its own data, the rest being the other direction's ACKs, the
 // streams' retransmissions and the probe (a 10:1 line's upload carries the download's ACKs:
 // about a fifth of its bytes here). That share is the receiving iperf3's byte rate (in
-// frames) over cakewalk's byte rate on the egress port (`ctl stats --json` one second into the
-// phase, when iperf3 stops omitting, and at its end), each over its own window, so that the
-// snapshots' lag behind iperf3's window does not count as traffic. The header factors cancel:
+// frames) over cakewalk's byte rate on the egress port (`ctl stats --json` just after iperf3
+// stops omitting and just before its end, taken by the clock inside its window: an idle edge
+// in the snapshots' span, such as the clients' exit, would read as a link left unused). The header factors cancel:
 // the ratio is the egress port's byte rate over the shaped rate, which is what it checks.
 //
 // The upload runs with a CoDel target of 40 ms instead of CAKE's 5 ms. At these rates DRR++

@@ -127,13 +127,19 @@ lab_ping_summary() {
     }'
 }
 
+# Sleeps until OFFSET seconds after T0 (a $EPOCHREALTIME reading); at once if that has passed.
+lab_sleep_until() { # T0 OFFSET
+  sleep "$(awk -v t0="$1" -v off="$2" -v now="$EPOCHREALTIME" 'BEGIN { d = t0 + off - now; print (d > 0 ? d : 0) }')"
+}
+
 # One direction's TCP goodput over its ceiling after headers, from a scripts/lab/bidir run's
 # output DIR: the ceiling is RATE_BPS times the payload share of a full frame (PAYLOAD of
 # 1514 bytes: 1448 for IPv4 TCP with timestamps, 1428 for IPv6), times the share of the
 # egress bytes that were data frames (the other direction's ACKs leave through the same port
 # and take their part of the rate). That share compares rates (bytes over each window's own
-# seconds), so the ctl snapshots need not line up to the instant with iperf3's window (they
-# go through `docker exec` in the container lab). PHASE is p1 or p2, DIR_NAME download or
+# seconds): the ctl snapshots must lie inside iperf3's window (scripts/lab/bidir takes them by
+# the clock), since an idle edge in their span would lower the egress rate and read as a
+# link left unused. PHASE is p1 or p2, DIR_NAME download or
 # upload. Prints the ratio, or 0 when a file is missing.
 lab_goodput_ratio() { # DIR PHASE DIR_NAME RATE_BPS PAYLOAD
   local dir=$1 p=$2 rate=$4 payload=$5 client receiver port

@@ -71,7 +71,32 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Waits at most `limit` for `child` to exit, reading its piped output meanwhile (a report
+/// that lists hundreds of circuits outgrows a pipe's buffer, and a child blocked on a full
+/// pipe never exits).
 fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
+    use std::io::Read;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if start.elapsed() > limit {
@@ -80,7 +105,11 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    child.wait_with_output().unwrap()
+    Output {
+        status: child.wait().unwrap(),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
 }
 
 /// Runs a 10-second shaping run; returns its report lines, the final one last.
@@ -90,10 +119,23 @@ fn run_once(unmatched: &str, tx_queues: usize) -> Vec<serde_json::Value> {
 
 /// [`run_once`] with `circuits` as the circuit file.
 fn run_with(unmatched: &str, tx_queues: usize, circuits: &str) -> Vec<serde_json::Value> {
+    let lines = run_config(&config(unmatched, "10s", tx_queues), circuits);
+    let stdout = lines
+        .last()
+        .and_then(|l| l["stdout"].as_str())
+        .unwrap_or_default();
+    assert!(stdout.contains("circuit a (a): "), "{stdout}");
+    assert!(stdout.contains("node tower: 3 circuits"), "{stdout}");
+    lines
+}
+
+/// Runs `cakewalk run` on the config `conf` with `circuits` as circuits.toml; returns its
+/// report lines, the final one last with the run's stdout added under "stdout".
+fn run_config(conf_text: &str, circuits: &str) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("circuits.toml"), circuits).unwrap();
     let conf = dir.path().join("c.toml");
-    std::fs::write(&conf, config(unmatched, "10s", tx_queues)).unwrap();
+    std::fs::write(&conf, conf_text).unwrap();
     let json = dir.path().join("stats.json");
     let child = cakewalk()
         .arg("run")
@@ -113,15 +155,46 @@ fn run_with(unmatched: &str, tx_queues: usize, circuits: &str) -> Vec<serde_json
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("circuit a (a): "), "{stdout}");
-    assert!(stdout.contains("node tower: 3 circuits"), "{stdout}");
-    let lines = json_lines(&json);
-    let last = lines.last().expect("a final report");
+    let mut lines = json_lines(&json);
+    let last = lines.last_mut().expect("a final report");
     assert_eq!(last["final_report"], true);
     for d in last["directions"].as_array().unwrap() {
         assert_eq!(d["conservation"]["ok"], true, "{d}");
     }
+    last["stdout"] = serde_json::Value::String(stdout.into_owned());
     lines
+}
+
+#[test]
+fn a_report_of_more_circuits_than_one_read_takes_lists_every_one() {
+    // A report reads a queue's circuits a chunk of slots at a time, so that the worker never
+    // waits behind the whole read: 700 circuits (one flow each) take three chunks, and each
+    // must be in the report with what it sent.
+    let circuits: String = (0..700)
+        .map(|i| {
+            format!(
+                "[[circuit]]\nid = \"c{i}\"\ndownload_mbps = 10\nupload_mbps = 10\naddresses = [\"198.18.{}.{}/32\"]\n",
+                i >> 8,
+                i & 255
+            )
+        })
+        .collect();
+    let conf = "[shaper]\nrate = \"unlimited\"\n[ports.synth]\nrate = \"20mbit\"\nflows = 700\nsize = 64\n\
+                [engine]\nduration = \"3s\"\n[stats]\nlive = false\ncircuit_metrics = \"all\"\n\
+                [circuits]\nfiles = [\"circuits.toml\"]\n";
+    let lines = run_config(conf, &circuits);
+    let last = &lines[lines.len() - 1];
+    let rows = last["circuits"]["rows"].as_array().expect("circuit rows");
+    assert_eq!(rows.len(), 700, "{}", last["circuits"]);
+    let silent: Vec<_> = rows
+        .iter()
+        .filter(|r| r["upload"]["sent_packets"].as_u64().unwrap_or(0) == 0)
+        .map(|r| r["id"].clone())
+        .collect();
+    assert!(
+        silent.is_empty(),
+        "circuits without traffic in the report: {silent:?}"
+    );
 }
 
 #[test]

@@ -120,6 +120,18 @@ impl Figures {
         }
     }
 
+    /// The figures of a slot read from its counters alone (no backlog, delay or tins).
+    fn counters_only(counters: qdisc::circuit::CircuitCounters, active: bool) -> Figures {
+        Figures {
+            counters,
+            backlog_packets: 0,
+            backlog_bytes: 0,
+            sojourn_peak_ns: 0,
+            active,
+            tins: Vec::new(),
+        }
+    }
+
     fn add(&mut self, other: Figures) {
         let c = &mut self.counters;
         c.sent_packets += other.counters.sent_packets;
@@ -402,7 +414,9 @@ impl<P: PortBuf> Runtime<P> {
     /// is read under its runner lock, taken between runs for a chunk of slots at a time,
     /// copying a few words per slot.
     /// Also the direction's tree counters (`None` without a tree).
-    fn read(&self, dir: Direction, tins_of: Option<u32>) -> Read {
+    /// With `full` false only each slot's counters are read, not its instance (backlog,
+    /// delays and tins stay zero): enough for rates.
+    fn read(&self, dir: Direction, tins_of: Option<u32>, full: bool) -> Read {
         let mut out: HashMap<u32, Figures> = HashMap::new();
         let (mut active, mut memory) = (0usize, 0u64);
         let mut tree: Option<TreeReport> = None;
@@ -424,6 +438,10 @@ impl<P: PortBuf> Runtime<P> {
                         let end = start.saturating_add(READ_CHUNK).min(slots);
                         let part: Vec<(u32, Figures)> = (start..end)
                             .filter_map(|slot| {
+                                if !full {
+                                    let (c, active) = s.circuit_counters(slot)?;
+                                    return Some((slot, Figures::counters_only(c, active)));
+                                }
                                 let st = s.circuit_stats(slot)?;
                                 Some((slot, Figures::of(&st, tins_of == Some(slot))))
                             })
@@ -477,9 +495,11 @@ impl<P: PortBuf> Runtime<P> {
     }
 
     /// The report of every circuit and node; `tins` fills each circuit's tins. Rates are
-    /// over the time since the previous report that `advance` moved the sampler on.
-    fn report(&self, tins_of: Option<u32>, advance: bool) -> CircuitsReport {
-        let figures = Direction::BOTH.map(|d| self.read(d, tins_of));
+    /// over the time since the previous report that `advance` moved the sampler on. With
+    /// `full` false the circuits' backlogs, delays and tins are not read (see
+    /// [`Runtime::read`]).
+    fn report(&self, tins_of: Option<u32>, advance: bool, full: bool) -> CircuitsReport {
+        let figures = Direction::BOTH.map(|d| self.read(d, tins_of, full));
         let now = now_ns();
         let state = self.state();
         let mut sampler = self.sampler.lock().unwrap_or_else(|e| e.into_inner());
@@ -575,8 +595,11 @@ impl<P: PortBuf> Runtime<P> {
     }
 
     /// The circuits part of an interval report, with the circuits `metrics` selects.
+    /// Without per-circuit metrics (the default) only the counters are read: the report
+    /// keeps the totals and the rates `ctl circuits` ranks by, and no instance line of the
+    /// thousands of circuits is touched (each is a cache miss the worker pays again).
     pub(super) fn interval_report(&self, metrics: CircuitMetrics) -> CircuitsReport {
-        let mut r = self.report(None, true);
+        let mut r = self.report(None, true, metrics != CircuitMetrics::Off);
         match metrics {
             CircuitMetrics::Off => {
                 r.rows.clear();
@@ -732,7 +755,7 @@ impl<P: PortBuf> CircuitControl for Runtime<P> {
     }
 
     fn list(&self, top: usize, by: SortBy, json: bool) -> String {
-        let mut r = self.report(None, false);
+        let mut r = self.report(None, false, true);
         crate::stats::circuits::top(&mut r.rows, by, top);
         if json {
             format!("{}\n", serde_json::to_string(&r).unwrap_or_default())
@@ -743,7 +766,7 @@ impl<P: PortBuf> CircuitControl for Runtime<P> {
 
     fn show(&self, id: &str, json: bool) -> Result<String, String> {
         let slot = self.state().roster.slot_of(id);
-        let r = self.report(slot, false);
+        let r = self.report(slot, false, true);
         let row = r
             .rows
             .into_iter()

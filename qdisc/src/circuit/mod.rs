@@ -208,6 +208,15 @@ impl<P: Packet> CircuitShaper<P> {
         Some(self.stats_of(id as u32))
     }
 
+    /// `slot`'s cumulative counters and whether it has an instance, from its compact record
+    /// alone: no line of its instance is read (a report that lists no circuit still keeps
+    /// their rates, at a few bytes per slot). `None` as for [`CircuitShaper::circuit_stats`].
+    pub fn circuit_counters(&self, slot: u32) -> Option<(CircuitCounters, bool)> {
+        let id = (slot as usize).checked_add(1)?;
+        let s = self.slots.get(id)?;
+        Some((s.counters, s.inst != NIL))
+    }
+
     /// The default class's figures.
     pub fn default_stats(&self) -> CircuitStats {
         self.stats_of(DEFAULT_ID)

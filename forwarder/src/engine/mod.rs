@@ -533,6 +533,7 @@ pub fn start_with_circuits<P: PortBuf>(
                 pending: Vec::with_capacity(cfg.burst * 4),
                 pending_bytes: 0,
                 due_ns: 0,
+                behind: false,
             });
         }
     }

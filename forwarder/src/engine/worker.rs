@@ -53,6 +53,9 @@ pub(super) struct TxSlot<P> {
     pub(super) pending_bytes: u64,
     /// The shaper said it holds its packets until this time: no point running it before.
     pub(super) due_ns: u64,
+    /// The last run spent its whole budget and had more to send at once: this worker is
+    /// behind on the queue (a CPU overload, not a shaper holding packets back).
+    pub(super) behind: bool,
 }
 
 /// A worker's per-burst buffers, allocated once.
@@ -146,7 +149,18 @@ impl<P: PortBuf> Worker<P> {
             let mut wake_at = u64::MAX;
             // Backpressure: while a port cannot take what this worker already holds for it,
             // stop receiving and let the receive rings absorb (or drop) the excess there.
-            let backlogged = self.tx.iter().any(|t| t.pending.len() >= 2 * bs);
+            // Likewise while a queue this worker runs had more ready to send than a run's
+            // budget: sending what is queued comes before taking in more (receive
+            // livelock). Without it, a worker behind on its queues kept receiving at full
+            // speed, its backlog grew to the packet limit, and each packet then cost an
+            // enqueue and the qdisc's drop of another (flat out on two workers with 10 000
+            // circuits, the worker that shared its core with the supervisor fell behind so
+            // and forwarded a quarter of what the other did). A queue whose shaper holds its
+            // packets is not behind: CAKE, not the receive ring, must choose what to drop.
+            let backlogged = self
+                .tx
+                .iter()
+                .any(|t| t.behind || t.pending.len() >= 2 * bs);
             if state == RUNNING && !backlogged {
                 work += self.receive(now, &mut b, &mut local, &mut unfinished, &shared);
             }
@@ -393,6 +407,7 @@ impl<P: PortBuf> Worker<P> {
             // they would fill the intake and be dropped there, not by CAKE), a change, or
             // a rate change or sync that the qdisc meets by rescaling the wait.
             let due = now >= slot.due_ns || self.shapers[e].run_urgent(now);
+            slot.behind = false;
             if room > 0 && due && self.shapers[e].run_wanted(now) {
                 // `out[kept..]` is what the run added since the last transmit (a run may
                 // transmit more than once, and each transmit may leave some behind).
@@ -419,6 +434,7 @@ impl<P: PortBuf> Worker<P> {
                 });
                 if let RunResult::Ran { sent, next } = r {
                     local[lp.egress(e, egress::DEQUEUED)] += sent as u64;
+                    slot.behind = next == NextRun::Now && sent >= room;
                     slot.due_ns = 0;
                     match next {
                         NextRun::Idle => {}

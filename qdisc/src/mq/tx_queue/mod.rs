@@ -241,6 +241,9 @@ struct Runner<P, Q> {
     qdisc: Q,
     counters: Counters,
     sync: SyncState,
+    /// The last dequeue spent its whole budget with more ready to send: the runner is
+    /// behind (its CPU, not the shaper, limits the queue).
+    behind: bool,
     _p: PhantomData<fn(P)>,
 }
 
@@ -330,6 +333,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                     recent_bytes: 0,
                     recent_ns: 0,
                 },
+                behind: false,
                 _p: PhantomData,
             }),
             shared,
@@ -633,12 +637,24 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 // intake drops whatever arrives next), so the intake should only buffer
                 // between runs. Only a CPU overload that outpaces these drains fills it,
                 // and then it drops at the intake, before the qdisc's costlier drops.
-                let drain_limit = budget.saturating_mul(INTAKE_DRAINS_PER_BUDGET);
+                // While the runner is behind, though, it takes in no more than it can send:
+                // the qdisc would only grow (every packet an enqueue and a costlier drop,
+                // COBALT's or the limit's), and the intake's drops are the cheap ones, on
+                // the offering core. Behind on two workers flat out, a queue fed four
+                // budgets a run from its peer's intake and sending one grew to the packet
+                // limit and forwarded a third of what its sibling did.
+                let drain_limit = if r.behind {
+                    budget
+                } else {
+                    budget.saturating_mul(INTAKE_DRAINS_PER_BUDGET)
+                };
                 drained += self.drain_intake(r, now_ns, drain_limit.saturating_sub(drained));
                 self.sync_if_due(r, now_ns);
                 let before = out.len();
-                let mut next = r.dequeue_into(now_ns, budget.saturating_sub(sent), out);
+                let want = budget.saturating_sub(sent);
+                let mut next = r.dequeue_into(now_ns, want, out);
                 let added = out.len() - before;
+                r.behind = want > 0 && added == want && next == NextRun::Now;
                 sent += added;
                 if added > 0 {
                     transmit(out);

@@ -605,3 +605,63 @@ fn run_is_wanted_exactly_when_it_has_work() {
     q.run(1, 8, &mut Vec::new(), |_| {});
     assert!(!q.run_wanted(1));
 }
+
+#[test]
+fn a_runner_behind_on_its_queue_takes_in_no_more_than_it_sends() {
+    let options = TxQueueOptions {
+        intake_capacity: 1024,
+        bypass: false,
+        ..TxQueueOptions::default()
+    };
+    let q = TxQueue::new(Fifo::new(4096), options);
+    let classify = |_: &TestPacket, m: &mut PacketMeta| *m = udp_meta(1, 2, 1, 0);
+    let mut out = Vec::new();
+    let mut metas = vec![PacketMeta::default(); 32];
+    // One packet in the FIFO, so that the peers' bursts go to the intake.
+    q.enqueue_burst(
+        0,
+        &mut burst(0..1, 1),
+        &mut metas,
+        classify,
+        &mut out,
+        Offerer::Runner,
+    );
+    for b in 0..20u64 {
+        let o = q.enqueue_burst(
+            1,
+            &mut burst(1 + b * 32..1 + (b + 1) * 32, 1),
+            &mut metas,
+            classify,
+            &mut out,
+            Offerer::Peer,
+        );
+        assert_eq!(o.queued, 32);
+    }
+    let in_qdisc = |q: &TxQueue<TestPacket, Fifo<TestPacket>>| q.backlog() - q.intake.len();
+    let budget = 16;
+    let mut sent = Vec::new();
+    let mut delivered = Vec::new();
+    // Not behind yet: up to four budgets from the intake, one budget out.
+    q.run(2, budget, &mut sent, |_| {});
+    assert_eq!(sent.len(), budget);
+    assert_eq!(in_qdisc(&q), 1 + 4 * budget - budget);
+    delivered.extend(sent.iter().map(|p| p.seq));
+    // Behind from then on (each run sends its whole budget with more ready): the qdisc
+    // takes in what it sends and no more; the rest waits in the intake.
+    for _ in 0..5 {
+        let (qdisc_before, intake_before) = (in_qdisc(&q), q.intake.len());
+        sent.clear();
+        q.run(3, budget, &mut sent, |_| {});
+        assert_eq!(sent.len(), budget);
+        assert_eq!(in_qdisc(&q), qdisc_before);
+        assert_eq!(q.intake.len(), intake_before - budget);
+        delivered.extend(sent.iter().map(|p| p.seq));
+    }
+    // Nothing lost or reordered.
+    while q.backlog() > 0 {
+        sent.clear();
+        q.run(4, 1000, &mut sent, |_| {});
+        delivered.extend(sent.iter().map(|p| p.seq));
+    }
+    assert_eq!(delivered, (0..641).collect::<Vec<u64>>());
+}

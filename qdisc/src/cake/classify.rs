@@ -94,6 +94,18 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             let fid = t * FLOWS + (hash as usize) % FLOWS;
             prefetch(&self.tags[fid]);
             prefetch(&self.flows[fid]);
+            if Self::COMPACT {
+                // A subscriber's instance is cold: the flow's list links, and its tin's
+                // rows of the hosts' bulk counts (which entry, the flow record above says;
+                // a row is two lines), are misses too.
+                prefetch(&self.links[fid]);
+                let row = t * FLOWS;
+                let half = row + FLOWS / 2;
+                prefetch(&self.src_bulk[row]);
+                prefetch(&self.src_bulk[half]);
+                prefetch(&self.dst_bulk[row]);
+                prefetch(&self.dst_bulk[half]);
+            }
         }
     }
 

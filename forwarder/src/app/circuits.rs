@@ -76,7 +76,7 @@ struct Seen {
 /// use, their memory, and the tree's counters.
 type Read = (HashMap<u32, Figures>, usize, u64, Option<TreeReport>);
 
-/// Tries at reading a busy queue before a report goes without it.
+/// Tries at reading a busy queue (20 us apart) before a report goes without it.
 const READ_TRIES: usize = 1000;
 
 /// Slots read per hold of a queue's runner lock (tens of microseconds with cold instances).
@@ -423,6 +423,7 @@ impl<P: PortBuf> Runtime<P> {
         let Some(q) = &self.queues[dir.index()] else {
             return (out, 0, 0, None);
         };
+        let mut unread = false;
         for queue in q.queues() {
             // A chunk of slots per hold of the runner lock: while a report holds it, the
             // queue's worker cannot run it and its offers wait in the intake, which a read
@@ -458,10 +459,16 @@ impl<P: PortBuf> Runtime<P> {
                     if got.is_some() {
                         break;
                     }
-                    std::thread::yield_now();
+                    // A sleep, not a yield: on a loaded core a yield comes straight back
+                    // while the worker still holds the queue.
+                    std::thread::sleep(std::time::Duration::from_micros(20));
                 }
-                // A queue busy on every try: the rest of its slots go without this time.
+                // A queue busy on every try: the whole direction goes without this time (its
+                // rows keep their last figures). A circuit's figures are summed over every
+                // queue, so a sum that missed one queue (the circuit's own, say) would read
+                // as a fall in its cumulative counters and a burst in the next interval.
                 let Some((part, end, totals)) = got else {
+                    unread = true;
                     break;
                 };
                 for (slot, f) in part {
@@ -490,6 +497,9 @@ impl<P: PortBuf> Runtime<P> {
                 sum.syncs += t.syncs;
                 sum.leaf_syncs += t.leaf_syncs;
             }
+        }
+        if unread {
+            out.clear();
         }
         (out, active, memory, tree)
     }

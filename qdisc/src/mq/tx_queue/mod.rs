@@ -642,7 +642,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 // COBALT's or the limit's), and the intake's drops are the cheap ones, on
                 // the offering core. Behind on two workers flat out, a queue fed four
                 // budgets a run from its peer's intake and sending one grew to the packet
-                // limit and forwarded a third of what its sibling did.
+                // limit and forwarded a quarter of what its sibling did.
                 let drain_limit = if r.behind {
                     budget
                 } else {

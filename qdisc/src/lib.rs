@@ -168,7 +168,9 @@ pub trait Qdisc<P: Packet> {
     /// a discipline whose bypass needs the whole queue empty (CAKE, the FIFO: [`mq::TxQueue`]
     /// then skips the call); true for one that decides per class, as
     /// [`circuit::CircuitShaper`] does per circuit (a packet passes only when its own
-    /// circuit holds nothing, so no earlier packet of its flow can be waiting).
+    /// circuit holds nothing, so no earlier packet of its flow can be waiting). Such a
+    /// discipline is also offered the rest of a burst again after the packet that stopped
+    /// its bypass was queued: order is kept within a class, not across classes.
     const BYPASS_WHILE_BACKLOGGED: bool = false;
 
     /// Queues `pkt`. Never fails; drops it causes are reported in the result.

@@ -309,6 +309,52 @@ fn a_tx_queue_bypasses_an_empty_circuit_while_another_is_backlogged() {
 }
 
 #[test]
+fn within_one_burst_a_circuit_that_must_wait_does_not_stop_the_others() {
+    use crate::mq::{Offerer, TxQueue, TxQueueOptions};
+    use crate::Packet as _;
+    let q = TxQueue::new(shaper(&config(&[8, 8, 8])), TxQueueOptions::default());
+    let mut out = Vec::new();
+    // Slots 0 0 1 0 2 1: each slot's first packet passes; its later ones wait for its
+    // shaper, behind it, whatever came between.
+    let slots = [0u32, 0, 1, 0, 2, 1];
+    let mut pkts: Vec<TestPacket> = (0..slots.len() as u64)
+        .map(|i| TestPacket::new(1000, slots[i as usize], i))
+        .collect();
+    let mut metas: Vec<PacketMeta> = slots.iter().map(|&s| meta(Some(s), s)).collect();
+    let r = q.enqueue_burst(
+        0,
+        &mut pkts,
+        &mut metas,
+        |_, _| {},
+        &mut out,
+        Offerer::Runner,
+    );
+    assert_eq!((r.bypassed, r.queued, r.dropped), (3, 3, 0));
+    assert_eq!(r.bypassed_bytes, 3000);
+    assert_eq!(r.offered_bytes, 6000);
+    assert!(pkts.is_empty());
+    let passed: Vec<u64> = out.iter().map(|p| p.seq).collect();
+    assert_eq!(
+        passed,
+        [0, 2, 4],
+        "first of slots 0, 1 and 2, in burst order"
+    );
+    assert_eq!(q.backlog(), 3);
+    // The waiting ones leave in order within each slot, all of them.
+    let mut sent = Vec::new();
+    let (mut now, mut tx) = (0, Vec::new());
+    while sent.len() < 3 && now < SEC {
+        now += MS;
+        q.run(now, 64, &mut tx, |burst: &mut Vec<TestPacket>| {
+            sent.extend(burst.drain(..).map(|p| (p.flow, p.seq)));
+        });
+    }
+    sent.sort_unstable();
+    assert_eq!(sent, [(0, 1), (0, 3), (1, 5)]);
+    assert_eq!(out.iter().map(|p| p.len()).sum::<usize>(), 3000);
+}
+
+#[test]
 fn only_a_link_rate_change_is_rate_only_for_the_multi_queue() {
     use crate::mq::MqQdisc;
     type S = CircuitShaper<TestPacket>;

@@ -408,7 +408,9 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     /// * When the lock is free and the intake empty, packets bypass while the qdisc stays
     ///   empty and the shaper has credit; the first one that cannot is enqueued straight
     ///   into the qdisc, with everything after it (order is kept; with the bypass disabled
-    ///   every packet takes that path). When another thread holds the lock, or other
+    ///   every packet takes that path). A qdisc that bypasses per class
+    ///   ([`crate::Qdisc::BYPASS_WHILE_BACKLOGGED`]) is offered the rest of the burst again
+    ///   after each packet it queued, so only that packet's class loses the bypass. When another thread holds the lock, or other
     ///   producers' packets wait in the intake, the burst goes to the intake behind them.
     ///   A [`Offerer::Peer`] also sends it there while the queue holds packets.
     /// * The packets that take the bypass are appended to `out`, in order, and must be
@@ -475,24 +477,52 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             if first > 0 {
                 r.qdisc.rewrite_passed(&mut pkts[..first], &metas[..first]);
             }
-            let mut queued_bytes = 0u64;
-            for (pkt, meta) in pkts.drain(first..).zip(metas[first..].iter_mut()) {
-                if lazy {
-                    classify(&pkt, meta);
+            let (mut passed, mut passed_bytes, mut queued_bytes) = (first, done.bytes, 0u64);
+            if first == pkts.len() || !(self.bypass && Q::BYPASS_WHILE_BACKLOGGED) {
+                for (pkt, meta) in pkts.drain(first..).zip(metas[first..].iter_mut()) {
+                    if lazy {
+                        classify(&pkt, meta);
+                    }
+                    queued_bytes += pkt.len() as u64;
+                    r.enqueue_one(now_ns, pkt, meta);
                 }
-                queued_bytes += pkt.len() as u64;
-                r.enqueue_one(now_ns, pkt, meta);
-            }
-            if out.is_empty() {
-                std::mem::swap(pkts, out);
+                if out.is_empty() {
+                    std::mem::swap(pkts, out);
+                } else {
+                    out.append(pkts);
+                }
             } else {
-                out.append(pkts);
+                // A discipline that bypasses per class (per circuit) only keeps order within
+                // a class: the packet that could not pass is queued, so its class is
+                // backlogged, and the rest of the burst is offered again (a later packet of
+                // that class then cannot pass; one of another class still can).
+                out.extend(pkts.drain(..first));
+                let mut rest = pkts.drain(..);
+                let mut i = first;
+                while let Some(pkt) = rest.next() {
+                    if lazy {
+                        classify(&pkt, &mut metas[i]);
+                    }
+                    queued_bytes += pkt.len() as u64;
+                    r.enqueue_one(now_ns, pkt, &metas[i]);
+                    i += 1;
+                    let more = r.qdisc.bypass_burst(now_ns, rest.as_slice(), &metas[i..]);
+                    let k = more.packets.min(rest.as_slice().len());
+                    if k > 0 {
+                        let at = out.len();
+                        out.extend(rest.by_ref().take(k));
+                        r.qdisc.rewrite_passed(&mut out[at..], &metas[i..i + k]);
+                        i += k;
+                        passed += k;
+                        passed_bytes += more.bytes;
+                    }
+                }
             }
-            outcome.bypassed = first;
-            outcome.queued = metas.len() - first;
-            outcome.bypassed_bytes = done.bytes;
-            outcome.offered_bytes = done.bytes + queued_bytes;
-            self.settle_burst(r, now_ns, first as u64, done.bytes)
+            outcome.bypassed = passed;
+            outcome.queued = metas.len() - passed;
+            outcome.bypassed_bytes = passed_bytes;
+            outcome.offered_bytes = passed_bytes + queued_bytes;
+            self.settle_burst(r, now_ns, passed as u64, passed_bytes)
         });
         outcome.run_needed = Self::unlock_after_burst(guard, pending);
         outcome

@@ -4,7 +4,7 @@
 
 use super::{
     flow_hash, host_hash, host_load_in, scaled_quantum, tin_of, Cake, Classification, FlowMode,
-    FlowSet, MAX_TINS, SET_WAYS,
+    FlowSet, ListId, MAX_TINS, NIL16, SET_WAYS,
 };
 use crate::mq::sync::prefetch;
 use crate::{cold_path, Packet, PacketMeta};
@@ -105,6 +105,55 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                 prefetch(&self.src_bulk[half]);
                 prefetch(&self.dst_bulk[row]);
                 prefetch(&self.dst_bulk[half]);
+            }
+        }
+    }
+
+    /// Starts loading what the next dequeue will read first beyond the hot lines: in each
+    /// tin with active flows, the flow records at the heads of its lists (the decaying
+    /// list's head is visited first, then the new or the old list's). Reads the hot lines,
+    /// so call it a stage after [`Cake::prefetch_header`]; a hint, changes nothing.
+    #[inline]
+    pub(crate) fn prefetch_dequeue_flows(&self) {
+        for t in 0..self.tin_cnt.min(MAX_TINS) {
+            if self.turns[t].active_flows == 0 {
+                continue;
+            }
+            let lists = &self.tins[t].lists;
+            let (new, old, decay) = (
+                lists[ListId::New].head,
+                lists[ListId::Old].head,
+                lists[ListId::Decay].head,
+            );
+            if decay != NIL16 {
+                prefetch(&self.flows[usize::from(decay)]);
+            }
+            let head = if new != NIL16 { new } else { old };
+            if head != NIL16 {
+                prefetch(&self.flows[usize::from(head)]);
+                if Self::COMPACT {
+                    prefetch(&self.links[usize::from(head)]);
+                }
+            }
+        }
+    }
+
+    /// Starts loading the packet slot the next dequeue will pop: the head packet of the
+    /// flow at the head of the new or the old list of each tin with active flows. Reads
+    /// those flow records, so call it a stage after [`Cake::prefetch_dequeue_flows`].
+    #[inline]
+    pub(crate) fn prefetch_dequeue_packet(&self) {
+        for t in 0..self.tin_cnt.min(MAX_TINS) {
+            if self.turns[t].active_flows == 0 {
+                continue;
+            }
+            let lists = &self.tins[t].lists;
+            let (new, old) = (lists[ListId::New].head, lists[ListId::Old].head);
+            let head = if new != NIL16 { new } else { old };
+            if head != NIL16 {
+                if let Some(slot) = self.slots.get(self.flows[usize::from(head)].head as usize) {
+                    prefetch(slot);
+                }
             }
         }
     }

@@ -11,9 +11,9 @@
 //!   after it has been empty for [`CircuitShaperConfig::idle_release_ns`]; an idle slot
 //!   costs only its entry in a compact array, which also keeps its cumulative counters.
 //! * **Scheduling.** Circuits whose CAKE may send now wait on a ready ring served by DRR in
-//!   bytes (quantum one MTU); circuits their own shaper holds wait in a timer heap keyed by
+//!   bytes (quantum one MTU); circuits their own shaper holds wait in a timer wheel keyed by
 //!   their [`Qdisc::next_wakeup`]. The link cap is a time-based gate charged per delivered
-//!   packet. A dequeue is O(1) amortised plus O(log n) per hold.
+//!   packet. A dequeue is O(1) amortised (O(log n) for a hold beyond the wheel's 8 ms).
 //! * **Bypass** per circuit: a packet passes at once when its circuit holds nothing and
 //!   both its circuit's shaper and the link gate have credit.
 //!
@@ -38,7 +38,7 @@ use crate::mq::sync::prefetch;
 use crate::{BurstBypass, Dequeue, DropReason, Enqueued, Packet, PacketMeta, Qdisc, Rate};
 
 use gate::LinkGate;
-use sched::{IdleQueue, ReadyRing, TimerHeap};
+use sched::{IdleQueue, ReadyRing, TimerWheel};
 
 /// The CAKE instance each circuit runs: subscriber-sized (64 flow queues per tin), so that
 /// ten thousand live instances fit in memory. Everything here goes through this alias.
@@ -55,7 +55,7 @@ enum Sched {
     Idle,
     /// On the ready ring.
     Ready,
-    /// In the timer heap, held by its own shaper.
+    /// In the timer wheel, held by its own shaper.
     Held,
 }
 
@@ -114,7 +114,7 @@ pub struct CircuitShaper<P> {
     #[allow(clippy::vec_box)]
     spare: Vec<Box<CircuitCake<P>>>,
     ring: ReadyRing,
-    heap: TimerHeap,
+    heap: TimerWheel,
     idle: IdleQueue,
     qlen: usize,
     backlog: u64,
@@ -142,7 +142,7 @@ impl<P: Packet> CircuitShaper<P> {
             insts: Vec::new(),
             spare: Vec::new(),
             ring: ReadyRing::new(),
-            heap: TimerHeap::new(),
+            heap: TimerWheel::new(),
             idle: IdleQueue::default(),
             qlen: 0,
             backlog: 0,
@@ -378,7 +378,7 @@ impl<P: Packet> CircuitShaper<P> {
         }
     }
 
-    /// Puts `id` (whose instance just became non-empty) on the ring or in the heap.
+    /// Puts `id` (whose instance just became non-empty) on the ring or in the timer wheel.
     fn schedule(&mut self, id: u32, now: u64) {
         let idx = self.slots[id as usize].inst as usize;
         let quantum = self.gate.quantum();
@@ -472,27 +472,34 @@ impl<P: Packet> CircuitShaper<P> {
         (r, before, after)
     }
 
-    /// Starts loading the state of the circuit served after `id`, a dequeue ahead: the next
-    /// one on the ready ring, or else the timer heap's first (circuits held by their own
-    /// shaper come back in that order), gets its instance header prefetched, and the one
-    /// after it on the ring its slot record. A hint only; the ring may change before they
-    /// are served.
+    /// Starts loading the state of the circuits served after `id`, one stage per dequeue
+    /// ahead, so that each dependent load of a cold circuit finds its line fetched a
+    /// dequeue earlier: the fourth on the ready ring gets its slot record prefetched, the
+    /// third its instance header, the second its lists' head flows, the next its head
+    /// packet's slot. A hint only; the ring may change before they are served.
     #[inline]
     fn prefetch_next_ready(&self, id: u32) {
-        let next = match self.ring.next_of(id) {
-            Some(next) => {
-                if let Some(after) = self.ring.next_of(next) {
-                    prefetch(&self.slots[after as usize]);
-                }
-                next
-            }
-            None => match self.heap.peek() {
-                Some((_, next)) if next != id => next,
-                _ => return,
-            },
+        let inst_of = |id: u32| self.insts.get(self.slots[id as usize].inst as usize);
+        let Some(n1) = self.ring.next_of(id) else {
+            return;
         };
-        if let Some(i) = self.insts.get(self.slots[next as usize].inst as usize) {
+        if let Some(i) = inst_of(n1) {
+            i.cake.prefetch_dequeue_packet();
+        }
+        let Some(n2) = self.ring.next_of(n1) else {
+            return;
+        };
+        if let Some(i) = inst_of(n2) {
+            i.cake.prefetch_dequeue_flows();
+        }
+        let Some(n3) = self.ring.next_of(n2) else {
+            return;
+        };
+        if let Some(i) = inst_of(n3) {
             i.cake.prefetch_header();
+        }
+        if let Some(n4) = self.ring.next_of(n3) {
+            prefetch(&self.slots[n4 as usize]);
         }
     }
 
@@ -532,12 +539,12 @@ impl<P: Packet> CircuitShaper<P> {
                 Sched::Held => {
                     held += 1;
                     if !self.heap.contains(id as u32) {
-                        return Err(format!("id {id} held but not in the heap"));
+                        return Err(format!("id {id} held but not in the timer wheel"));
                     }
                 }
                 Sched::Idle => {
                     if self.heap.contains(id as u32) {
-                        return Err(format!("id {id} idle but in the heap"));
+                        return Err(format!("id {id} idle but in the timer wheel"));
                     }
                 }
             }
@@ -646,11 +653,7 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
         self.sync_tree(now);
         let quantum = self.gate.quantum();
         loop {
-            while let Some((t, id)) = self.heap.peek() {
-                if t > now {
-                    break;
-                }
-                self.heap.pop();
+            while let Some(id) = self.heap.pop_due(now) {
                 self.ring.push_back(id);
                 let s = &mut self.slots[id as usize];
                 s.sched = Sched::Ready;

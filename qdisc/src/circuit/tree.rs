@@ -243,7 +243,7 @@ impl<P: Packet> CircuitShaper<P> {
         }
         // Every member publishes; one that is idle without an instance leaves. What the
         // meter asks of the backlog is whether the leaf's shaper held packets back for
-        // want of rate: whether the circuit waits in the timer heap for its own shaper.
+        // want of rate: whether the circuit waits in the timer wheel for its own shaper.
         // Packets on the ready ring wait only for their turn (with a thousand circuits
         // served per run, nearly every one has a packet there at a sync): counted as held
         // back, they flipped thin circuits to saturated and back at every sync.

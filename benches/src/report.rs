@@ -117,6 +117,10 @@ mod tests {
         assert!(s.contains("v2") && !s.contains("v1"), "{s}");
         assert!(s.contains("keep me"));
         assert!(s.find("Accuracy").unwrap() < s.find("Pktgen").unwrap());
+        assert!(
+            s.contains("<!-- bench:accuracy:end --><!-- bench:pktgen:begin -->\n## Pktgen"),
+            "one line between sections: {s}"
+        );
     }
 
     #[test]

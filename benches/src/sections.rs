@@ -142,34 +142,36 @@ pub fn tree(rows: &BTreeMap<String, Measurement>, run: &RunInfo) -> String {
         .iter()
         .filter_map(|&n| {
             let interval = qdisc::rate_tree::TreeSyncConfig::for_leaves(n).interval_ns as f64;
-            let compute = rows.get(&format!("compute/tree3/{n}"))?.mean_ns;
-            let mut s = format!(
-                "{} leaves at {}: {:.1} % computing",
-                thousands(&n.to_string()),
-                time(interval),
-                100.0 * compute / interval
-            );
-            if let Some(sync) = sync {
-                let owned = n as f64 / 2.0;
-                s += &format!(
-                    ", {:.1} % syncing half the leaves",
-                    100.0 * owned * 2.0 * sync / interval
-                );
-            }
-            Some(s)
+            let compute = 100.0 * rows.get(&format!("compute/tree3/{n}"))?.mean_ns / interval;
+            let share = match sync {
+                Some(sync) => format!("{compute:.1} / {:.1} %", 100.0 * n as f64 * sync / interval),
+                None => format!("{compute:.1} %"),
+            };
+            Some((share, thousands(&n.to_string()), time(interval)))
+        })
+        .enumerate()
+        .map(|(i, (share, n, interval))| {
+            let leaves = if i == 0 { " leaves" } else { "" };
+            format!("{share} at {n}{leaves} ({interval})")
         })
         .collect();
     format!(
-        "## Rate tree (criterion, `qdisc/benches/tree.rs`)\n{}\n{} Cells: mean CPU time, \
-         every leaf active; 3 levels: root, 10 sites, 100 access points. One core's share at \
-         the sync interval (`TreeSyncConfig::for_leaves`): {}. These syncs are warm; in the \
-         binary, with cold meters, one costs a few hundred ns (docs/design.md).\n",
+        "## Rate tree (criterion, `qdisc/benches/tree.rs`)\n{}\n{} Cells: mean CPU time, every \
+         leaf active.{}\n",
         t.to_markdown(),
         run_line(run),
         if costs.is_empty() {
-            "not measured".to_string()
+            String::new()
         } else {
-            costs.join("; ")
+            format!(
+                " A core's share at the sync interval, computing{}: {}.",
+                if sync.is_some() {
+                    " / syncing half the leaves (warm)"
+                } else {
+                    ""
+                },
+                costs.join(", ")
+            )
         }
     )
 }
@@ -197,12 +199,12 @@ fn lpm_memory(log: &str) -> BTreeMap<(String, String), String> {
 }
 
 /// The circuit prefix table: the poptrie in bursts and one by one beside the alternatives,
-/// ns per lookup (the median sample), with its memory.
+/// ns per lookup (the median sample), skewed / uniform addresses in each cell, with its
+/// memory.
 pub fn lpm(rows: &BTreeMap<String, Measurement>, log: &str, run: &RunInfo) -> String {
     let memory = lpm_memory(log);
     let mut t = Table::new(&[
         "table",
-        "addresses",
         "poptrie, bursts of 32",
         "poptrie, one by one",
         "bsearch",
@@ -220,68 +222,58 @@ pub fn lpm(rows: &BTreeMap<String, Measurement>, log: &str, run: &RunInfo) -> St
     let mut speedups = Vec::new();
     for (fam, label) in [("v4", "IPv4"), ("v6", "IPv6")] {
         for n in ["10000", "100000"] {
-            for (i, mix) in ["skewed", "uniform"].into_iter().enumerate() {
-                let ns: Vec<Option<f64>> = impls
-                    .iter()
-                    .map(|name| {
+            // Each implementation's ns per lookup, skewed then uniform.
+            let ns: Vec<[Option<f64>; 2]> = impls
+                .iter()
+                .map(|name| {
+                    ["skewed", "uniform"].map(|mix| {
                         rows.get(&format!("lpm/{name}_{fam}_{mix}/{n}"))
                             .map(|m| m.median_ns / LPM_BATCH)
                     })
-                    .collect();
-                if ns.iter().all(Option::is_none) {
-                    continue;
-                }
+                })
+                .collect();
+            if ns.iter().flatten().all(Option::is_none) {
+                continue;
+            }
+            for mix in 0..2 {
                 let crates = ns[2..]
                     .iter()
-                    .flatten()
-                    .copied()
+                    .filter_map(|v| v[mix])
                     .fold(f64::INFINITY, f64::min);
-                if let Some(best) = ns[0] {
+                if let Some(best) = ns[0][mix] {
                     if crates.is_finite() {
                         speedups.push(crates / best);
                     }
                 }
-                let cell = |v: &Option<f64>| match v {
-                    None => "-".to_string(),
-                    Some(v) if *v < 50.0 => format!("{v:.1}"),
-                    Some(v) => format!("{v:.0}"),
-                };
-                let mut row = vec![
-                    if i == 0 {
-                        format!("{label}, {}", thousands(n))
-                    } else {
-                        String::new()
-                    },
-                    mix.to_string(),
-                ];
-                row.extend(ns.iter().map(cell));
-                row.push(if i == 0 {
-                    memory
-                        .get(&(fam.to_string(), n.to_string()))
-                        .cloned()
-                        .unwrap_or_default()
-                } else {
-                    String::new()
-                });
-                t.push(row);
             }
+            let cell = |v: &Option<f64>| match v {
+                None => "-".to_string(),
+                Some(v) if *v < 50.0 => format!("{v:.1}"),
+                Some(v) => format!("{v:.0}"),
+            };
+            let mut row = vec![format!("{label}, {}", thousands(n))];
+            row.extend(ns.iter().map(|[a, b]| format!("{} / {}", cell(a), cell(b))));
+            row.push(
+                memory
+                    .get(&(fam.to_string(), n.to_string()))
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            t.push(row);
         }
     }
     let lo = speedups.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = speedups.iter().copied().fold(0.0, f64::max);
     format!(
-        "## Circuit prefix table (criterion, `circuits/benches/lpm.rs`)\n{}\n{} ns per \
-         lookup (the median sample of the thread's CPU time); IPv4 /32s in 100.64.0.0/10, IPv6 \
-         /56s in one /32; `skewed`: 90 % from 1 000 active subscribers. {}\n",
+        "## Circuit prefix table (criterion, `circuits/benches/lpm.rs`)\n{}\n{} Cells: ns per \
+         lookup (median sample), skewed / uniform addresses (skewed: 90 % from 1 000 \
+         subscribers).{}\n",
         t.to_markdown(),
         run_line(run),
         if speedups.is_empty() {
             String::new()
         } else {
-            format!(
-                "The poptrie in bursts: {lo:.1}-{hi:.1}x faster than the fastest other \
-                 (docs/circuits.md, \"Why this lookup\")."
-            )
+            format!(" Poptrie in bursts: {lo:.1}-{hi:.1}x the fastest other.")
         }
     )
 }
@@ -314,7 +306,7 @@ fn circuits_memory(log: &str) -> Option<String> {
         Some(thousands(&n))
     };
     Some(format!(
-        "{} B per idle slot, {} B per active instance, {} B for the link CAKE",
+        "{} B per idle slot, {} B per active instance, {} B the link CAKE",
         bytes("idle slot")?,
         bytes("active instance")?,
         bytes("link-wide Cake")?
@@ -348,7 +340,6 @@ pub fn circuits(rows: &BTreeMap<String, Measurement>, log: &str, run: &RunInfo) 
         rows.get(&format!("circuits_{group}/{row}/100000"))
             .map(|m| m.mean_ns)
     };
-    let mut ratios = Vec::new();
     for (label, row) in rows_of {
         let mut cells = vec![label.to_string()];
         let mut any = false;
@@ -358,12 +349,7 @@ pub fn circuits(rows: &BTreeMap<String, Measurement>, log: &str, run: &RunInfo) 
             any |= v.is_some();
             cells.push(v.map_or("-".into(), |v| format!("{v:.0}")));
             cells.push(match (v, base) {
-                (Some(v), Some(b)) => {
-                    if row != "link_cake" {
-                        ratios.push(v / b);
-                    }
-                    format!("{:.2}", v / b)
-                }
+                (Some(v), Some(b)) => format!("{:.2}", v / b),
                 _ => "-".into(),
             });
         }
@@ -371,29 +357,19 @@ pub fn circuits(rows: &BTreeMap<String, Measurement>, log: &str, run: &RunInfo) 
             t.push(cells);
         }
     }
-    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = ratios.iter().copied().fold(0.0, f64::max);
     format!(
         "## Per-circuit CAKE (criterion, `qdisc/benches/circuits.rs`)\n{}\n{} ns per packet \
-         (criterion's mean), 100 000 UDP flows, bursts of 32 in and out, consecutive packets in \
-         different circuits (except the last row). {}{}\n",
+         (mean), 100 000 flows, circuits interleaved.{}\n",
         t.to_markdown(),
         run_line(run),
-        if ratios.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "Circuits cost {lo:.1}-{hi:.1}x the link CAKE, in cache misses on cold \
-                 instances (docs/performance-notes.md, \"Circuits\"). "
-            )
-        },
-        circuits_memory(log).map_or(String::new(), |m| format!("Memory: {m}.")),
+        circuits_memory(log).map_or(String::new(), |m| format!(" Memory: {m}.")),
     )
 }
 
 /// The dpdk section (`benches/src/bin/dpdk_fwd/`): the one-core rows (name, median Mpps,
-/// ratio to bare) as the table; the goals, the thread scaling (rows of `threads`, `row`,
-/// `Mpps`, ...) and the two-worker rows (`tx_select`, `Mpps`, `dropped`) as a line each.
+/// ratio to bare) as the table; `head` (when, where, what) and the goals as its paragraph,
+/// with the thread scaling (rows of `threads`, `row`, `Mpps`, ...) as goal G7's range and
+/// the two-worker rows (the `tx_select` value, `Mpps`, `dropped`) as a sentence.
 pub fn dpdk(
     head: &str,
     rows: &[(String, f64, f64)],
@@ -427,23 +403,18 @@ pub fn dpdk(
             .iter()
             .filter_map(|r| r.first())
             .max_by_key(|t| t.parse::<u32>().unwrap_or(0));
-        let mut names: Vec<&str> = Vec::new();
-        for r in &st.rows {
-            if let Some(n) = r.get(1) {
-                if !names.contains(&n.as_str()) {
-                    names.push(n);
-                }
-            }
-        }
         if let Some(most) = most.filter(|m| *m != "1") {
-            let parts: Vec<String> = names
+            let ratios: Vec<f64> = st
+                .rows
                 .iter()
-                .filter_map(|n| Some(format!("{n} {:.2}", mpps(most, n)? / mpps("1", n)?)))
+                .filter_map(|r| r.get(1))
+                .filter_map(|n| Some(mpps(most, n)? / mpps("1", n)?))
                 .collect();
-            extra += &format!(
-                " Threads on their own lcores and queues, {most} over 1 (G7: >= 1.8): {}.",
-                parts.join(", ")
-            );
+            let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = ratios.iter().copied().fold(0.0, f64::max);
+            if !ratios.is_empty() {
+                extra += &format!(" G7, {most} threads / 1: {lo:.2}-{hi:.2} (>= 1.8).");
+            }
         }
     }
     if let Some(wt) = two_workers {
@@ -452,12 +423,13 @@ pub fn dpdk(
             .iter()
             .map(|r| format!("{} {} Mpps ({} dropped)", r[0], r[1], r[2]))
             .collect();
-        extra += &format!(" 2 engine workers, CAKE + bypass: {}.", parts.join(", "));
+        extra += &format!(
+            " 2 engine workers, CAKE + bypass, tx_select {}.",
+            parts.join(", ")
+        );
     }
     format!(
-        "## DPDK forwarding, one core (`benches/src/bin/dpdk_fwd/`)\n{}\n{head} Inline \
-         rows: the engine's work in one loop; ratio: median over the reps of row / the bare run \
-         before it. Goals (docs/design.md): {goals}.{extra}\n",
+        "## DPDK forwarding, one core (`benches/src/bin/dpdk_fwd/`)\n{}\n{head} {goals}.{extra}\n",
         t.to_markdown()
     )
 }
@@ -490,7 +462,7 @@ mod tests {
             section.starts_with("## ") && lines <= 20,
             "{lines} lines:\n{section}"
         );
-        assert!(section.contains("5e4b6d3") && section.contains("load average 9.6."));
+        assert!(section.contains("5e4b6d3") && section.contains("load 9.6: `"));
         let wrapped = crate::report::wrap_prose(section, crate::report::PROSE_WIDTH);
         let table = wrapped.lines().filter(|l| l.starts_with('|')).count();
         assert!(
@@ -519,17 +491,17 @@ mod tests {
             "| `Allocator::allocate`, flat (the cake_mq shape) | 28.9 µs | 285 µs | 28-29 ns |",
             "| `Allocator::allocate`, 3 levels | 22.4 µs | 279 µs | 22-28 ns |",
             "|  |  | 10.3 ns |",
-            "1 000 leaves at 1.0 ms: 2.5 % computing, 1.0 % syncing half the leaves",
+            "computing / syncing half the leaves (warm): 2.5 / 1.0 % at 1 000 leaves (1.0 ms), ",
         ] {
             assert!(s.contains(needle), "{needle}:\n{s}");
         }
         // At 10 000 leaves the interval is whatever `for_leaves` gives now.
         let interval = qdisc::rate_tree::TreeSyncConfig::for_leaves(10_000).interval_ns as f64;
         let at_10k = format!(
-            "10 000 leaves at {}: {:.1} % computing, {:.1} % syncing half the leaves",
-            time(interval),
+            "{:.1} / {:.1} % at 10 000 ({}).",
             100.0 * 275_000.0 / interval,
-            100.0 * 5_000.0 * 2.0 * 10.3 / interval
+            100.0 * 5_000.0 * 2.0 * 10.3 / interval,
+            time(interval)
         );
         assert!(s.contains(&at_10k), "{at_10k}:\n{s}");
     }
@@ -551,11 +523,14 @@ mod tests {
         short(&s);
         assert!(
             s.contains(
-                "| IPv4, 10 000 | skewed | 19.1 | 26.2 | 136 | 157 | 64 | 1.30 MiB, 136 B/prefix |"
+                "| IPv4, 10 000 | 19.1 / - | 26.2 / - | 136 / - | 157 / - | 64 / - | 1.30 MiB, 136 B/prefix |"
             ),
             "{s}"
         );
-        assert!(s.contains("3.4-3.4x faster"), "{s}");
+        assert!(
+            s.contains("Poptrie in bursts: 3.4-3.4x the fastest other."),
+            "{s}"
+        );
         assert_eq!(thousands("100000"), "100 000");
     }
 
@@ -578,10 +553,7 @@ mod tests {
             "{s}"
         );
         assert!(
-            s.contains("Circuits cost 4.3-7.3x")
-                && s.contains(
-                    "Memory: 144 B per idle slot, 59 498 B per active instance, 1 113 584 B for"
-                ),
+            s.contains("Memory: 144 B per idle slot, 59 498 B per active instance, 1 113 584 B"),
             "{s}"
         );
         assert!(render("nope", &rows, log, &run()).is_none());
@@ -603,19 +575,18 @@ mod tests {
             st.push(vec![t.into(), r.into(), m.into(), "1".into(), "0".into()]);
         }
         let mut wt = Table::new(&["engine", "Mpps", "dropped"]);
-        wt.push(vec![
-            "tx_select = \"worker\"".into(),
-            "39.90".into(),
-            "0.0 %".into(),
-        ]);
+        wt.push(vec!["\"worker\"".into(), "39.90".into(), "0.0 %".into()]);
         let s = dpdk("Head.", &rows, "G1 x", Some(&st), Some(&wt));
         assert!(s.contains("| cake | 15.97 | 62.6 | 0.179 |"), "{s}");
-        assert!(s.contains("bare rx->tx 2.16, CAKE, no bypass 2.00"), "{s}");
         assert!(
-            s.contains("tx_select = \"worker\" 39.90 Mpps (0.0 % dropped)"),
+            s.contains("Head. G1 x. G7, 2 threads / 1: 2.00-2.16 (>= 1.8)."),
+            "{s}"
+        );
+        assert!(
+            s.contains("tx_select \"worker\" 39.90 Mpps (0.0 % dropped)."),
             "{s}"
         );
         let wrapped = crate::report::wrap_prose(&s, crate::report::PROSE_WIDTH);
-        assert!(wrapped.lines().count() <= 12, "{wrapped}");
+        assert!(wrapped.lines().count() <= 9, "{wrapped}");
     }
 }

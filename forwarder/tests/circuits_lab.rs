@@ -185,11 +185,9 @@ fn section(p1: &Phase, p2: &Phase, idle: &[(usize, f64, f64)], misses: &[String]
         );
     }
     format!(
-        "## Circuits lab (`forwarder/tests/circuits_lab.rs`)\n{t}\n{} Four subscribers \
-         behind port a (IPv4, IPv6, IPv4, IPv4 on a VLAN), {STREAMS} TCP streams each way each \
-         for {PHASE_SECS} s with a ping probe, link 200/100 Mbit/s, then `ctl circuit set {id} \
-         download {mbit}mbit` under load. Ceiling: the plan after headers x the share of the \
-         circuit's egress bytes that carried data. Checks (docs/circuits.md): {}.\n",
+        "## Circuits lab (`forwarder/tests/circuits_lab.rs`)\n{t}\n{} {STREAMS} TCP streams \
+         each way per circuit for {PHASE_SECS} s, then `ctl circuit set {id} download {mbit}mbit`; \
+         ceiling: the plan after headers x the data's share. Checks (docs/circuits.md): {}.\n",
         forwarder::testing::benchmarks::run_line(
             "sudo CAKEWALK_WRITE_BENCHMARKS=1 scripts/test lab"
         ),

@@ -272,11 +272,9 @@ fn section(phases: &[Phase; 3], idle: &[(usize, f64, f64)], misses: &[String]) -
         );
     }
     format!(
-        "## Node tree lab (`forwarder/tests/tree_lab.rs`)\n{t}\n{} A site capped at {}/{} Mbit/s \
-         over two access points at {}/{}, three circuits of {}/{} under each, {STREAMS} TCP \
-         streams each way per loaded subscriber for {PHASE_SECS} s with a ping probe; phase 2 \
-         idles ap2 (its share is lent to ap1), phase 3 brings it back. Ceilings: the cap or \
-         the fair share after headers. Checks (docs/circuits.md): {}.\n",
+        "## Node tree lab (`forwarder/tests/tree_lab.rs`)\n{t}\n{} A site at {}/{} Mbit/s over \
+         two APs at {}/{}, three circuits of {}/{} under each, {STREAMS} TCP streams each way per \
+         subscriber for {PHASE_SECS} s; ap2 idles in phase 2. Checks (docs/circuits.md): {}.\n",
         forwarder::testing::benchmarks::run_line(
             "sudo CAKEWALK_WRITE_BENCHMARKS=1 scripts/test lab"
         ),

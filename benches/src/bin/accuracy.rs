@@ -384,7 +384,7 @@ fn measure(
     let offered = rate_bps(&samples, "ra", Counter::RxBytes, from, to);
     if let Some(o) = offered {
         if o < rate as f64 * 1.02 {
-            note = format!("{note} offered load did not exceed the rate: not saturated");
+            note = format!("{note} not saturated");
         }
     }
     if measured.is_none() {
@@ -493,10 +493,8 @@ fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
     )
     .to_lowercase();
     let body = format!(
-        "## Shaping accuracy (`benches/src/bin/accuracy.rs`)\n{}\n{} UDP ({}-byte payloads) \
-         at {}x the rate through the shaper on a veth; measured: the egress veth's `tx_bytes` \
-         (L2, no FCS) over {} s after {} s of warm-up. Cells: Mbit/s (error %). Goal G9: \
-         |error| <= 0.1 %, never above HTB's.{} Plot: `benches/results/{stem}.png`{}.\n",
+        "## Shaping accuracy (`benches/src/bin/accuracy.rs`)\n{}\n{} UDP at {}x the rate; \
+         Mbit/s: the egress veth's `tx_bytes` (L2). G9: |error| <= 0.1 %, never above HTB's.{}{}\n",
         t.to_markdown(),
         cakewalk_benches::report::provenance(
             &utc_now(),
@@ -505,16 +503,13 @@ fn write_results(args: &Args, rates: &[u64], rows: &[Row]) -> Result<()> {
             &load_average(),
             &cmd
         ),
-        args.len,
         args.offer,
-        args.window,
-        args.warmup,
         notes
             .iter()
             .map(|n| format!(" {}", n.trim_start_matches("- ")))
             .collect::<String>(),
         if drawn == cakewalk_benches::plot::Drawn::WithoutText {
-            " (drawn without text: no font found)"
+            " Plot drawn without text: no font found."
         } else {
             ""
         },

@@ -314,9 +314,8 @@ fn run(args: &Args) -> anyhow::Result<()> {
     );
     let body = format!(
         "## Forwarding engine, one core (`benches/src/bin/fwd.rs`)\n{table}\n{} The \
-         built-in generator (64-byte frames, 1024 flows) feeds the engine's one pinned worker \
-         (burst 32) into a null sink; `vs bare`: the median of {reps} pairs of the row / a bare \
-         port loop run just before it. Plot: `benches/results/fwd.png`.\n",
+         generator's 64-byte frames, 1024 flows, through one engine worker (burst 32) to a null \
+         sink.\n",
         cakewalk_benches::report::provenance(
             &utc_now(),
             &cakewalk_benches::report::commit(),

@@ -386,7 +386,7 @@ enum Probe {
 impl Probe {
     fn name(self) -> &'static str {
         match self {
-            Probe::Irtt => "irtt (10 ms interval)",
+            Probe::Irtt => "irtt -i 10ms",
             Probe::Ping => "ping -i 0.05",
         }
     }
@@ -785,12 +785,10 @@ fn write_results(args: &Args, rate: u64, probe: Probe, rows: &[Row]) -> Result<(
     )
     .to_lowercase();
     let body = format!(
-        "## Latency under load (`benches/src/bin/latency.rs`)\n{}\n{} Veth lab, shaper at \
-         {} in the middle, probe {} from a to b. nupN: N TCP upstreams; rrul: 4 up + 4 down \
-         marked BE/CS1/CS5/EF; unequal: one UDP flow at 1.5x the rate and 8 light ones. Cells: \
-         loaded p50 / p99 ms (egress Mbit/s up, or up / down). G12: p50 over base <= 5 ms, p99 \
-         <= 15 ms and <= 1/10 of the FIFO's; G11: unequal within 1 % of the rate.{} Plot: \
-         `benches/results/{stem}.png`{}.\n",
+        "## Latency under load (`benches/src/bin/latency.rs`)\n{}\n{} Cells: loaded p50 / p99 \
+         ms of {} (Mbit/s up, or up / down). nupN: N TCP upstreams; rrul: 4 up + 4 down; \
+         unequal: a UDP flow at 1.5x the rate and 8 light ones. G12: p50 <= base + 5 ms, p99 <= \
+         15 ms and a tenth of the FIFO's; G11: unequal within 1 %.{}{}\n",
         t.to_markdown(),
         cakewalk_benches::report::provenance(
             &utc_now(),
@@ -799,14 +797,13 @@ fn write_results(args: &Args, rate: u64, probe: Probe, rows: &[Row]) -> Result<(
             &load_average(),
             &cmd
         ),
-        tc_rate(rate),
         probe.name(),
         notes
             .iter()
             .map(|n| format!(" {}", n.trim_start_matches("- ")))
             .collect::<String>(),
         if drawn == Drawn::WithoutText {
-            " (drawn without text: no font found)"
+            " Plot drawn without text: no font found."
         } else {
             ""
         },

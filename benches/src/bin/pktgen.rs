@@ -496,17 +496,11 @@ fn run() -> Result<()> {
         }
     );
     println!("{header}");
-    let mut table = Table::new(&[
-        "threads",
-        "setup",
-        "Mpps (median)",
-        "ratio to bare (median of pairs)",
-        "added ns/frame/thread",
-        "drops",
-    ]);
     // Median Mpps per thread count (series) and setup (category), for the plot.
     let mut plotted: Vec<Vec<f64>> = Vec::with_capacity(args.threads.len());
     let mut categories: Vec<String> = Vec::new();
+    // Each setup's cells, one value per thread count: Mpps, ratio, added ns, drops.
+    let mut cells: Vec<(Setup, [Vec<String>; 4])> = Vec::new();
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(0.0)
@@ -554,20 +548,23 @@ fn run() -> Result<()> {
         {
             if plotted.is_empty() {
                 categories.push(setup.name().to_string());
+                cells.push((setup, Default::default()));
             }
             series.push(mpps);
-            table.push(vec![
-                threads.to_string(),
-                setup.name().to_string(),
-                format!("{mpps:.2}"),
-                format!("{ratio:.3}"),
-                format!("{added:.1}"),
-                drops.to_string(),
-            ]);
+            if let Some((_, c)) = cells.iter_mut().find(|(s, _)| *s == setup) {
+                for (column, value) in c.iter_mut().zip([
+                    format!("{mpps:.2}"),
+                    format!("{ratio:.3}"),
+                    format!("{added:.1}"),
+                    drops.to_string(),
+                ]) {
+                    column.push(value);
+                }
+            }
         }
         plotted.push(series);
     }
-    let markdown = table.to_markdown();
+    let markdown = table(&args.threads, &cells).to_markdown();
     print!("{markdown}");
     if args.write {
         let cli = &args;
@@ -575,30 +572,6 @@ fn run() -> Result<()> {
         let command = format!(
             "cargo run --release -p cakewalk-benches --bin pktgen -- {}",
             args.join(" ")
-        );
-        let body = format!(
-            "## pktgen: enqueue throughput of {}\n{markdown}\n{} {} s x {} reps per row, \
-             64-byte frames, burst {}, {} flows, CAKE rate {}. {} Ratio: the median over the \
-             reps of the row / a bare loop run just before it; `drops`: refused by a full intake \
-             (counted, never lost).\n",
-            section_what(cli),
-            cakewalk_benches::report::provenance(
-                &utc_now(),
-                &cakewalk_benches::report::commit(),
-                &machine_line(),
-                &load_average(),
-                &command
-            ),
-            cli.seconds,
-            cli.reps,
-            cli.burst,
-            cli.flows,
-            bench.cake.rate,
-            if cli.queue_per_thread {
-                "Each thread feeds its own queue; they meet only at the rate sync."
-            } else {
-                "With 2 threads both feed one queue and contend for its lock and intake."
-            }
         );
         let section = if cli.queue_per_thread {
             "pktgen-mq"
@@ -628,14 +601,18 @@ fn run() -> Result<()> {
         )
         .with_context(|| format!("drawing {}", png.display()))?;
         println!("wrote {}", png.display());
-        let body = format!(
-            "{} Plot: `benches/results/{section}.png`{}.\n",
-            body.trim_end(),
-            if drawn == Drawn::WithoutText {
-                " (drawn without text: no font found)"
-            } else {
-                ""
-            }
+        let body = section_body(
+            cli,
+            &markdown,
+            &cakewalk_benches::report::provenance(
+                &utc_now(),
+                &cakewalk_benches::report::commit(),
+                &machine_line(),
+                &load_average(),
+                &command,
+            ),
+            bench.cake.rate,
+            drawn,
         );
         let path = cakewalk_benches::repo_root().join("BENCHMARKS.md");
         update_section(&path, section, &body)
@@ -643,6 +620,47 @@ fn run() -> Result<()> {
         println!("wrote the {section} section of {}", path.display());
     }
     Ok(())
+}
+
+/// The table: one row per setup, each cell its values at the thread counts, " / " between.
+fn table(threads: &[usize], cells: &[(Setup, [Vec<String>; 4])]) -> Table {
+    let counts: Vec<String> = threads.iter().map(usize::to_string).collect();
+    let plural = if threads == [1] { "" } else { "s" };
+    let mpps = format!("Mpps (median), {} thread{plural}", counts.join(" / "));
+    let mut t = Table::new(&[
+        "setup",
+        &mpps,
+        "ratio to bare (median of pairs)",
+        "added ns/frame/thread",
+        "drops (intake full)",
+    ]);
+    for (setup, columns) in cells {
+        let mut row = vec![setup.name().to_string()];
+        row.extend(columns.iter().map(|c| c.join(" / ")));
+        t.push(row);
+    }
+    t
+}
+
+/// The section: its title, the table, and when, where and how it ran.
+fn section_body(args: &Args, markdown: &str, provenance: &str, rate: Rate, drawn: Drawn) -> String {
+    format!(
+        "## pktgen: enqueue throughput of {}\n{markdown}\n{provenance} 64-byte frames, burst {}, \
+         {} flows{}.{}\n",
+        section_what(args),
+        args.burst,
+        args.flows,
+        if rate.is_unlimited() {
+            String::new()
+        } else {
+            format!(", CAKE at {rate}")
+        },
+        if drawn == Drawn::WithoutText {
+            " Plot drawn without text: no font found."
+        } else {
+            ""
+        }
+    )
 }
 
 /// What the frames go through, for the section title and the plot.
@@ -703,5 +721,42 @@ mod tests {
                 .row(setup, 1)
                 .expect("row failed its conservation check");
         }
+    }
+
+    #[test]
+    fn the_section_folds_the_thread_counts_into_one_row_per_setup() {
+        let cells = vec![
+            (
+                Setup::Bare,
+                [
+                    vec!["373.31".to_string(), "246.61".into()],
+                    vec!["1.000".into(), "1.000".into()],
+                    vec!["0.0".into(), "0.0".into()],
+                    vec!["0".into(), "0".into()],
+                ],
+            ),
+            (
+                Setup::Cake { bypass: false },
+                [
+                    vec!["12.77".into(), "3.08".into()],
+                    vec!["0.039".into(), "0.014".into()],
+                    vec!["74.7".into(), "638.9".into()],
+                    vec!["0".into(), "142802945".into()],
+                ],
+            ),
+        ];
+        let md = table(&[1, 2], &cells).to_markdown();
+        let args = Args::parse_from(["pktgen"]);
+        let body = section_body(&args, &md, "When.", Rate::UNLIMITED, Drawn::WithText);
+        assert_eq!(
+            body,
+            "## pktgen: enqueue throughput of one TxQueue\n\
+             | setup | Mpps (median), 1 / 2 threads | ratio to bare (median of pairs) | added ns/frame/thread | drops (intake full) |\n\
+             |---|---|---|---|---|\n\
+             | bare handoff loop | 373.31 / 246.61 | 1.000 / 1.000 | 0.0 / 0.0 | 0 / 0 |\n\
+             | CAKE, no bypass | 12.77 / 3.08 | 0.039 / 0.014 | 74.7 / 638.9 | 0 / 142802945 |\n\
+             \nWhen. 64-byte frames, burst 32, 1024 flows.\n"
+        );
+        assert!(table(&[1], &cells[..1]).headers[1].ends_with(", 1 thread"));
     }
 }

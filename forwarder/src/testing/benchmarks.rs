@@ -98,6 +98,8 @@ pub fn wrap_prose(text: &str, width: usize) -> String {
 
 /// Replaces the section `name` of the Markdown file at `path` with `body` (creating the file
 /// with a title, or appending the section, when missing). Text outside the section is kept.
+/// Sections are separated by one line: a section's end marker and the next one's begin
+/// marker share it, and a section appended after another is written so.
 ///
 /// # Errors
 /// I/O errors reading or writing the file.
@@ -119,6 +121,7 @@ pub fn update_section(path: &Path, name: &str, body: &str) -> std::io::Result<()
         (Some(b), Some(e)) if e > b => {
             format!("{}{section}{}", &old[..b], &old[e + end.len()..])
         }
+        _ if old.trim_end().ends_with(":end -->") => format!("{}{section}\n", old.trim_end()),
         _ => format!("{}\n{section}\n", old.trim_end()),
     };
     if let Some(dir) = path.parent() {
@@ -139,10 +142,16 @@ pub fn verdict(misses: &[String]) -> String {
     }
 }
 
-/// The sentence each section's paragraph opens with: when, which commit, the machine, its
-/// load, and the command that reproduces the table.
+/// The sentence each section's paragraph opens with: when, which commit (left out when
+/// empty: a run that recorded none), the machine, its 1-minute load average, and the command
+/// that reproduces the table.
 pub fn provenance(date: &str, commit: &str, machine: &str, load: &str, command: &str) -> String {
-    format!("{date} at {commit} on {machine}, load average {load}. Command: `{command}`.")
+    let at = if commit.is_empty() {
+        String::new()
+    } else {
+        format!(" at {commit}")
+    };
+    format!("{date}{at} on {machine}, load {load}: `{command}`.")
 }
 
 /// The commit checked out ("5e4b6d3", "5e4b6d3 (with uncommitted changes)" when tracked
@@ -246,9 +255,19 @@ mod tests {
     #[test]
     fn provenance_says_when_where_and_how() {
         assert_eq!(
-            provenance("2026-12-06 03:41 UTC", "5e4b6d3", "AMD EPYC, 2 cores", "1.5", "x --write"),
-            "2026-12-06 03:41 UTC at 5e4b6d3 on AMD EPYC, 2 cores, load average 1.5. Command: `x --write`."
+            provenance(
+                "2026-12-06 03:41 UTC",
+                "5e4b6d3",
+                "AMD EPYC, 2 cores",
+                "1.5",
+                "x --write"
+            ),
+            "2026-12-06 03:41 UTC at 5e4b6d3 on AMD EPYC, 2 cores, load 1.5: `x --write`."
         );
-        assert!(run_line("y").ends_with("Command: `y`."));
+        assert_eq!(
+            provenance("2026-12-04 06:25 UTC", "", "AMD EPYC, 2 cores", "1.76", "x"),
+            "2026-12-04 06:25 UTC on AMD EPYC, 2 cores, load 1.76: `x`."
+        );
+        assert!(run_line("y").ends_with(": `y`."));
     }
 }

@@ -1,6 +1,7 @@
 //! The report: rewrites the dpdk section of BENCHMARKS.md from the measured rows, the goals
-//! line and the thread-scaling and two-worker tables (a line each there; the tables are
-//! printed on stdout), rendered by `cakewalk_benches::sections::dpdk`.
+//! line and the thread-scaling and two-worker tables (a clause each there: G7's range and the
+//! two `tx_select` rows; the tables are printed on stdout), rendered by
+//! `cakewalk_benches::sections::dpdk`.
 
 use anyhow::Context;
 
@@ -30,8 +31,7 @@ pub(crate) fn write_section(
         args.seconds, args.reps
     );
     let head = format!(
-        "{} {} s x {} reps per row; {}-byte frames, {} flows, burst {BURST}, `net_pcap` -> \
-         `net_null` on one core.",
+        "{} {}-byte frames, {} flows, burst {BURST}, `net_pcap` -> `net_null`.",
         cakewalk_benches::report::provenance(
             &cakewalk_benches::report::utc_now(),
             &cakewalk_benches::report::commit(),
@@ -39,8 +39,6 @@ pub(crate) fn write_section(
             &cakewalk_benches::report::load_average(),
             &command,
         ),
-        args.seconds,
-        args.reps,
         args.frame + 4,
         args.flows,
     );

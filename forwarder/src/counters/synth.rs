@@ -64,9 +64,12 @@ impl Default for SynthStats {
     }
 }
 
-/// A delay histogram from 1 ns to 60 s with 3 significant digits.
+/// A delay histogram from 1 ns to 60 s with 2 significant digits (percentiles within 1 %):
+/// the sink records every frame, and with three the counts the delays of a loaded run fall
+/// in spanned 50 KiB, a cache miss per frame on a core whose caches the shaper's state
+/// already fills (4 % of a worker at 10 000 circuits).
 pub fn new_delay_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, HIST_MAX_NS, 3).expect("static histogram bounds are valid")
+    Histogram::new_with_bounds(1, HIST_MAX_NS, 2).expect("static histogram bounds are valid")
 }
 
 /// Totals of a synth port, summed over its queues.

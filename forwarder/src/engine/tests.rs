@@ -70,13 +70,27 @@ fn forward_then_stop(
     packets: u64,
     stop_after: Option<Duration>,
 ) -> crate::stats::Report {
+    forward_at(choice, workers, queues, packets, stop_after, None)
+}
+
+/// [`forward_then_stop`] with the generator paced to `rate` (`None`: its default).
+fn forward_at(
+    choice: QueueChoice,
+    workers: usize,
+    queues: usize,
+    packets: u64,
+    stop_after: Option<Duration>,
+    rate: Option<&str>,
+) -> crate::stats::Report {
+    let default = SynthConfig::default();
     let cfg = SynthConfig {
         flows: 37,
         size: PacketSize::Imix,
         // ECN-capable, so a starved run makes CAKE mark rather than drop.
         ecn: true,
         packets,
-        ..SynthConfig::default()
+        rate: rate.map_or(default.rate.clone(), Into::into),
+        ..default
     };
     let plan = SynthPlan::new(&cfg, 0).unwrap();
     let stats = Arc::new(SynthStats::default());
@@ -431,8 +445,11 @@ fn a_drain_started_mid_traffic_leaves_nothing_stranded_in_another_workers_queues
 #[test]
 fn a_worker_offering_to_another_workers_single_queue_hands_its_bypassed_bursts_over() {
     // One TX queue, two workers: worker 0 receives, worker 1 owns port b's queue, so every
-    // burst worker 0 offers unparsed bypasses into worker 1's handoff (or queues).
-    let r = forward(QueueChoice::Fifo, 2, 1, 20_000);
+    // burst worker 0 offers unparsed bypasses into worker 1's handoff (or queues). Paced,
+    // so that worker 1 empties the queue between bursts: a flood on a busy machine (tests
+    // side by side on two cores) kept it backlogged for the whole run, and no burst could
+    // bypass.
+    let r = forward_at(QueueChoice::Fifo, 2, 1, 20_000, None, Some("200mbit"));
     let s = &r.synth[0];
     assert_eq!(s.lost, r.conservation.dropped, "{r:?}");
     assert_eq!((s.totals.reordered, s.totals.duplicates), (0, 0), "{r:?}");

@@ -155,7 +155,8 @@ pub fn provenance(date: &str, commit: &str, machine: &str, load: &str, command: 
 }
 
 /// The commit checked out ("5e4b6d3", "5e4b6d3 (with uncommitted changes)" when tracked
-/// files differ from it), "unknown" outside a git checkout.
+/// files other than BENCHMARKS.md differ from it: a run that writes several sections has
+/// changed that file by its second), "unknown" outside a git checkout.
 pub fn commit() -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
@@ -169,8 +170,15 @@ pub fn commit() -> String {
         return "unknown".to_string();
     };
     let id = String::from_utf8_lossy(&head.stdout).trim().to_string();
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-        .is_some_and(|o| !o.stdout.is_empty());
+    let dirty = git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ":(top)",
+        ":(top,exclude)BENCHMARKS.md",
+    ])
+    .is_some_and(|o| !o.stdout.is_empty());
     if dirty {
         format!("{id} (with uncommitted changes)")
     } else {

@@ -92,6 +92,63 @@ fn each_circuit_is_held_to_its_plan() {
 }
 
 #[test]
+fn plans_at_the_ends_of_the_range_are_held_to_their_rates() {
+    // 8 kbit/s (1000 bytes per second: waits of a second, beyond the timer wheel's reach,
+    // in its overflow heap), 80 Mbit/s (10 000 bytes per ms: waits of 100 us, in the wheel)
+    // and 100 Gbit/s (80 ns per packet: released within a bucket of the wheel), all at once.
+    let plans: Vec<Option<CircuitPlan>> = [8_000u64, 80_000_000, 100_000_000_000]
+        .iter()
+        .map(|&bps| Some(CircuitPlan::new(Rate::from_bits_per_sec(bps))))
+        .collect();
+    let c = CircuitShaperConfig {
+        plans: Arc::from(plans),
+        idle_release_ns: 60 * SEC,
+        ..CircuitShaperConfig::default()
+    };
+    let mut q = shaper(&c);
+    let mut seq = 0;
+    for _ in 0..2000 {
+        for slot in 0..3 {
+            q.enqueue(0, TestPacket::new(1000, slot, seq), &meta(Some(slot), slot));
+            seq += 1;
+        }
+    }
+    // Step the clock as a worker would, a little late each time, and never release a
+    // packet before its circuit's rate allows it.
+    let (mut now, mut sent) = (0u64, [0u64; 3]);
+    while now <= 10 * SEC {
+        match q.dequeue(now) {
+            Dequeue::Packet(p) => {
+                sent[p.flow as usize] += 1;
+                // CAKE sends its first packet at once: after it, one per 1000 bytes' time.
+                let rate_bytes_per_sec = [1_000u64, 10_000_000, 12_500_000_000][p.flow as usize];
+                let earliest = (sent[p.flow as usize] - 1) * 1000 * SEC / rate_bytes_per_sec;
+                assert!(
+                    now + 1 >= earliest,
+                    "circuit {} packet {} at {now} ns, before {earliest}",
+                    p.flow,
+                    sent[p.flow as usize]
+                );
+            }
+            Dequeue::NotBefore(t) => now = t + 1_500,
+            Dequeue::Empty => break,
+        }
+        q.check_invariants().unwrap();
+    }
+    // 10 s: 10 packets (+1) at 8 kbit/s; the faster two are done with all 2000 (at 80
+    // Mbit/s the queue stands 200 ms: COBALT drops a few).
+    assert!((10..=11).contains(&sent[0]), "{sent:?}");
+    for slot in 1..3u32 {
+        let c = q.circuit_stats(slot).unwrap().counters;
+        let dropped: u64 = c.drops.iter().sum();
+        assert_eq!(c.sent_packets, sent[slot as usize]);
+        assert_eq!(c.sent_packets + dropped, 2000, "circuit {slot}: {sent:?}");
+    }
+    assert_eq!(sent[2], 2000, "{sent:?}");
+    assert!(sent[1] >= 1900, "{sent:?}");
+}
+
+#[test]
 fn an_idle_circuit_releases_its_instance_and_a_new_packet_recreates_it() {
     let mut q = shaper(&config(&[10]));
     q.enqueue(0, TestPacket::new(500, 0, 0), &meta(Some(0), 0));

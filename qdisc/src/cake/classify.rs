@@ -109,26 +109,30 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         }
     }
 
-    /// Starts loading what the next dequeue will read first beyond the hot lines: in each
-    /// tin with active flows, the flow records at the heads of its lists (the decaying
-    /// list's head is visited first, then the new or the old list's). Reads the hot lines,
-    /// so call it a stage after [`Cake::prefetch_header`]; a hint, changes nothing.
+    /// The heads a dequeue of tin `t` visits first: the decaying list's, then the new
+    /// list's or else the old list's (`NIL16` when empty).
+    #[inline(always)]
+    fn dequeue_heads(&self, t: usize) -> (u16, u16) {
+        let lists = &self.tins[t].lists;
+        let (new, old) = (lists[ListId::New].head, lists[ListId::Old].head);
+        let head = if new != NIL16 { new } else { old };
+        (lists[ListId::Decay].head, head)
+    }
+
+    /// Starts loading what the next dequeue will read first beyond the hot lines: the flow
+    /// records at the heads of each active tin's lists ([`Cake::dequeue_heads`]). Reads the
+    /// hot lines, so call it a stage after [`Cake::prefetch_header`]; a hint, changes
+    /// nothing.
     #[inline]
     pub(crate) fn prefetch_dequeue_flows(&self) {
         for t in 0..self.tin_cnt.min(MAX_TINS) {
             if self.turns[t].active_flows == 0 {
                 continue;
             }
-            let lists = &self.tins[t].lists;
-            let (new, old, decay) = (
-                lists[ListId::New].head,
-                lists[ListId::Old].head,
-                lists[ListId::Decay].head,
-            );
+            let (decay, head) = self.dequeue_heads(t);
             if decay != NIL16 {
                 prefetch(&self.flows[usize::from(decay)]);
             }
-            let head = if new != NIL16 { new } else { old };
             if head != NIL16 {
                 prefetch(&self.flows[usize::from(head)]);
                 if Self::COMPACT {
@@ -139,17 +143,15 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     }
 
     /// Starts loading the packet slot the next dequeue will pop: the head packet of the
-    /// flow at the head of the new or the old list of each tin with active flows. Reads
-    /// those flow records, so call it a stage after [`Cake::prefetch_dequeue_flows`].
+    /// flow at the head of the new or the old list of each active tin. Reads those flow
+    /// records, so call it a stage after [`Cake::prefetch_dequeue_flows`].
     #[inline]
     pub(crate) fn prefetch_dequeue_packet(&self) {
         for t in 0..self.tin_cnt.min(MAX_TINS) {
             if self.turns[t].active_flows == 0 {
                 continue;
             }
-            let lists = &self.tins[t].lists;
-            let (new, old) = (lists[ListId::New].head, lists[ListId::Old].head);
-            let head = if new != NIL16 { new } else { old };
+            let (_, head) = self.dequeue_heads(t);
             if head != NIL16 {
                 if let Some(slot) = self.slots.get(self.flows[usize::from(head)].head as usize) {
                     prefetch(slot);

@@ -19,7 +19,7 @@
 //!   packets per second each), default CAKE per circuit, no link cap: the cost of the
 //!   circuit layer itself.
 //! * `circuits_held`: plans of 256 kbit/s, half what each circuit is offered at 64 bytes,
-//!   so circuits wait in the timer heap between packets.
+//!   so circuits wait in the timer wheel between packets.
 //! * `circuits_capped`: 100 Mbit/s plans under a link cap of half the offered load.
 //! * `circuits_grouped`: `circuits` with a circuit's flows consecutive.
 //!

@@ -48,6 +48,16 @@ fn drain_until(q: &mut CircuitShaper<TestPacket>, mut now: u64, until: u64) -> V
     out
 }
 
+/// Offers a burst at time 0 to `q` as its runner would, the metas already written.
+fn offer(
+    q: &crate::mq::TxQueue<TestPacket, CircuitShaper<TestPacket>>,
+    pkts: &mut Vec<TestPacket>,
+    metas: &mut [PacketMeta],
+    out: &mut Vec<TestPacket>,
+) -> crate::mq::BurstOutcome {
+    q.enqueue_burst(0, pkts, metas, |_, _| {}, out, crate::mq::Offerer::Runner)
+}
+
 #[test]
 fn packets_go_to_their_slot_and_unmatched_ones_to_the_default_class() {
     let mut q = shaper(&config(&[10, 20]));
@@ -321,53 +331,32 @@ fn validation_names_the_slot() {
 
 #[test]
 fn a_tx_queue_bypasses_an_empty_circuit_while_another_is_backlogged() {
-    use crate::mq::{Offerer, TxQueue, TxQueueOptions};
+    use crate::mq::{TxQueue, TxQueueOptions};
     let q = TxQueue::new(shaper(&config(&[8, 8])), TxQueueOptions::default());
     let mut out = Vec::new();
     // Slot 0: three packets; the first passes, the others wait for its shaper.
     let mut pkts: Vec<TestPacket> = (0..3).map(|i| TestPacket::new(1000, 0, i)).collect();
     let mut metas = vec![meta(Some(0), 0); 3];
-    let r = q.enqueue_burst(
-        0,
-        &mut pkts,
-        &mut metas,
-        |_, _| {},
-        &mut out,
-        Offerer::Runner,
-    );
+    let r = offer(&q, &mut pkts, &mut metas, &mut out);
     assert_eq!((r.bypassed, r.queued), (1, 2));
     // Slot 1 holds nothing: its packet passes although slot 0 is backlogged.
     let mut pkts = vec![TestPacket::new(1000, 1, 0)];
     let mut metas = vec![meta(Some(1), 1)];
     out.clear();
-    let r = q.enqueue_burst(
-        0,
-        &mut pkts,
-        &mut metas,
-        |_, _| {},
-        &mut out,
-        Offerer::Runner,
-    );
+    let r = offer(&q, &mut pkts, &mut metas, &mut out);
     assert_eq!((r.bypassed, r.queued), (1, 0));
     assert_eq!(out.len(), 1);
     // Slot 0 again: it holds packets, so this one queues behind them.
     let mut pkts = vec![TestPacket::new(1000, 0, 3)];
     let mut metas = vec![meta(Some(0), 0)];
-    let r = q.enqueue_burst(
-        0,
-        &mut pkts,
-        &mut metas,
-        |_, _| {},
-        &mut out,
-        Offerer::Runner,
-    );
+    let r = offer(&q, &mut pkts, &mut metas, &mut out);
     assert_eq!((r.bypassed, r.queued), (0, 1));
     assert_eq!(q.backlog(), 3);
 }
 
 #[test]
 fn within_one_burst_a_circuit_that_must_wait_does_not_stop_the_others() {
-    use crate::mq::{Offerer, TxQueue, TxQueueOptions};
+    use crate::mq::{TxQueue, TxQueueOptions};
     use crate::Packet as _;
     let q = TxQueue::new(shaper(&config(&[8, 8, 8])), TxQueueOptions::default());
     let mut out = Vec::new();
@@ -378,14 +367,7 @@ fn within_one_burst_a_circuit_that_must_wait_does_not_stop_the_others() {
         .map(|i| TestPacket::new(1000, slots[i as usize], i))
         .collect();
     let mut metas: Vec<PacketMeta> = slots.iter().map(|&s| meta(Some(s), s)).collect();
-    let r = q.enqueue_burst(
-        0,
-        &mut pkts,
-        &mut metas,
-        |_, _| {},
-        &mut out,
-        Offerer::Runner,
-    );
+    let r = offer(&q, &mut pkts, &mut metas, &mut out);
     assert_eq!((r.bypassed, r.queued, r.dropped), (3, 3, 0));
     assert_eq!(r.bypassed_bytes, 3000);
     assert_eq!(r.offered_bytes, 6000);

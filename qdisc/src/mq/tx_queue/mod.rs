@@ -410,8 +410,9 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     ///   into the qdisc, with everything after it (order is kept; with the bypass disabled
     ///   every packet takes that path). A qdisc that bypasses per class
     ///   ([`crate::Qdisc::BYPASS_WHILE_BACKLOGGED`]) is offered the rest of the burst again
-    ///   after each packet it queued, so only that packet's class loses the bypass. When another thread holds the lock, or other
-    ///   producers' packets wait in the intake, the burst goes to the intake behind them.
+    ///   after each packet it queued, so only that packet's class loses the bypass. When
+    ///   another thread holds the lock, or other producers' packets wait in the intake, the
+    ///   burst goes to the intake behind them.
     ///   A [`Offerer::Peer`] also sends it there while the queue holds packets.
     /// * The packets that take the bypass are appended to `out`, in order, and must be
     ///   transmitted before the caller's next call into this queue. When `out` is empty and

@@ -55,6 +55,9 @@ enum Sched {
     Idle,
     /// On the ready ring.
     Ready,
+    /// On the ready ring after its own shaper held it: it waits for its turn, but it
+    /// waited for rate first, so the rate tree counts it as held back.
+    Released,
     /// In the timer wheel, held by its own shaper.
     Held,
 }
@@ -535,7 +538,7 @@ impl<P: Packet> CircuitShaper<P> {
         let mut held = 0;
         for (id, s) in self.slots.iter().enumerate() {
             match s.sched {
-                Sched::Ready => ready += 1,
+                Sched::Ready | Sched::Released => ready += 1,
                 Sched::Held => {
                     held += 1;
                     if !self.heap.contains(id as u32) {
@@ -656,7 +659,7 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
             while let Some(id) = self.heap.pop_due(now) {
                 self.ring.push_back(id);
                 let s = &mut self.slots[id as usize];
-                s.sched = Sched::Ready;
+                s.sched = Sched::Released;
                 s.deficit = quantum;
             }
             let Some(id) = self.ring.head() else {

@@ -170,7 +170,7 @@ impl<P: Packet> CircuitShaper<P> {
                 _ => {
                     self.heap.remove(id);
                     self.ring.push_back(id);
-                    s.sched = Sched::Ready;
+                    s.sched = Sched::Released;
                     s.deficit = quantum;
                 }
             }

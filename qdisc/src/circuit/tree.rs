@@ -109,8 +109,9 @@ fn leaves_of(config: &CircuitShaperConfig) -> Vec<TreeLeaf> {
 #[derive(Debug)]
 pub(super) struct TreeLink {
     shared: Arc<SharedTree>,
-    /// Per slot: its meter and its sent bytes at the last sync, while it is a member.
-    meters: Vec<Option<(LeafMeter, u64)>>,
+    /// Per slot: its meter and its sent and dropped bytes at the last sync, while it is a
+    /// member.
+    meters: Vec<Option<(LeafMeter, u64, u64)>>,
     /// The slots with a meter, in no particular order.
     members: Vec<u32>,
     next_sync_ns: u64,
@@ -186,7 +187,7 @@ impl<P: Packet> CircuitShaper<P> {
         let link = self.tree.as_ref()?;
         let slot = id.checked_sub(1)?;
         match link.meters.get(slot as usize)? {
-            Some((meter, _)) => Some(meter.applied()),
+            Some((meter, _, _)) => Some(meter.applied()),
             None => Some(link.shared.share(slot)),
         }
     }
@@ -231,10 +232,11 @@ impl<P: Packet> CircuitShaper<P> {
             }
             let entry = &mut link.meters[slot as usize];
             if entry.is_none() {
-                let sent = self.slots[owner as usize].counters.sent_bytes;
+                let counters = &self.slots[owner as usize].counters;
+                let (sent, dropped) = (counters.sent_bytes, counters.dropped_bytes);
                 let meter = LeafMeter::new(&shared, slot, now);
                 let applied = meter.applied();
-                *entry = Some((meter, sent));
+                *entry = Some((meter, sent, dropped));
                 link.members.push(slot);
                 if self.insts[idx].cake.current_rate() != applied {
                     self.set_share(owner, applied, now);
@@ -246,18 +248,26 @@ impl<P: Packet> CircuitShaper<P> {
         // want of rate: whether the circuit waits in the timer wheel for its own shaper.
         // Packets on the ready ring wait only for their turn (with a thousand circuits
         // served per run, nearly every one has a packet there at a sync): counted as held
-        // back, they flipped thin circuits to saturated and back at every sync.
+        // back, they flipped thin circuits to saturated and back at every sync. But a
+        // circuit that its shaper released onto the ring (`Released`) waited for rate
+        // before it waited for its turn: counted as thin there, a slow circuit at overload
+        // (a packet every 80 ms) read as thin at most syncs while a worker was busy, and
+        // its share moved to its siblings and back. A circuit that dropped packets since
+        // the last sync (its AQM or the shared limit) was short of rate too.
         let mut i = 0;
         while i < link.members.len() {
             let slot = link.members[i];
             let state = &self.slots[slot as usize + 1];
-            let backlog = u64::from(state.sched == Sched::Held);
-            let (meter, last_sent) = link.meters[slot as usize]
+            let (meter, last_sent, last_dropped) = link.meters[slot as usize]
                 .as_mut()
                 .expect("members have meters");
+            let dropped = state.counters.dropped_bytes != *last_dropped;
+            let held_back =
+                u64::from(matches!(state.sched, Sched::Held | Sched::Released) || dropped);
             meter.delivered(state.counters.sent_bytes.saturating_sub(*last_sent));
             *last_sent = state.counters.sent_bytes;
-            let demand = meter.publish(&shared, now, backlog);
+            *last_dropped = state.counters.dropped_bytes;
+            let demand = meter.publish(&shared, now, held_back);
             if demand == Demand::Idle && state.inst == NIL {
                 link.meters[slot as usize] = None;
                 link.members.swap_remove(i);
@@ -279,7 +289,7 @@ impl<P: Packet> CircuitShaper<P> {
         };
         link.read_at = computed;
         for &slot in members {
-            let (meter, _) = link.meters[slot as usize]
+            let (meter, _, _) = link.meters[slot as usize]
                 .as_mut()
                 .expect("members have meters");
             if let Some(share) = meter.take_share(&shared) {

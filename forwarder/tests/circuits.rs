@@ -479,3 +479,48 @@ fn a_one_off_set_and_a_reload_change_one_plan_while_the_others_continue() {
         assert_eq!(d["conservation"]["ok"], true, "{d}");
     }
 }
+
+#[test]
+fn steered_at_receive_no_circuit_packet_crosses_between_two_workers() {
+    // Two workers, two receive queues on port a and two TX queues per port; four circuits
+    // hold all 64 flows. Round robin over the receive queues (a NIC's RSS), half of each
+    // circuit's flows arrive on the worker that does not run its TX queue and cross; with
+    // rx_steering = "circuit" (a NIC's flow rules by subscriber prefix) none does.
+    let mut circuits = String::new();
+    for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
+        circuits.push_str(&format!(
+            "[[circuit]]\nid = \"{id}\"\ndownload_mbps = 50\nupload_mbps = 5\naddresses = [\"198.18.0.{}/28\"]\n\n",
+            i * 16
+        ));
+    }
+    let handed_in = |steering: &str| -> (u64, f64) {
+        let conf = format!(
+            "[shaper]\nrate = \"unlimited\"\n[ports.a]\nrx_queues = 2\n[ports.synth]\nrate = \"40mbit\"\nflows = 64\nsize = 1500\nrx_steering = \"{steering}\"\n\
+             [engine]\nduration = \"4s\"\nworkers = 2\ntx_queues = 2\n[stats]\nlive = false\ncircuit_metrics = \"all\"\n\
+             [circuits]\nfiles = [\"circuits.toml\"]\n"
+        );
+        let lines = run_config(&conf, &circuits);
+        let last = lines.last().unwrap();
+        let queues = last["queues"].as_array().unwrap();
+        let handed: u64 = queues
+            .iter()
+            .map(|q| q["handed_in"].as_u64().unwrap())
+            .sum();
+        let sent: f64 = ["a", "b", "c", "d"]
+            .iter()
+            .map(|id| up(last, id, "sent_bytes"))
+            .sum();
+        (handed, sent)
+    };
+    let (crossed, sent) = handed_in("flow");
+    assert!(
+        crossed > 0 && sent > 0.0,
+        "round robin: {crossed} handed in, {sent} bytes sent"
+    );
+    let (crossed, sent) = handed_in("circuit");
+    assert_eq!(
+        crossed, 0,
+        "steered: {crossed} packets crossed between workers"
+    );
+    assert!(sent > 0.0);
+}

@@ -218,6 +218,11 @@ pub(crate) fn total_packet_limit(config: &Config) -> usize {
 }
 
 impl Prepared {
+    /// The prefix table the workers will classify by.
+    pub(super) fn lpm(&self) -> &Lpm {
+        &self.lpm
+    }
+
     /// The circuit shaper configuration of `dir`.
     pub(super) fn shaper_config(&self, dir: Direction) -> Result<CircuitShaperConfig, String> {
         shaper_config(&self.state, dir)

@@ -19,7 +19,7 @@ use crate::counters::synth::SynthStats;
 use crate::engine::{EngineConfig, EnginePorts};
 use crate::port::pcap::{PcapCounters, PcapFrames, PcapRx, PcapSink, PcapTx};
 use crate::port::pool::{Pool, PoolBuf};
-use crate::port::synth::{SynthPlan, SynthRx, SynthTx};
+use crate::port::synth::{RxSteering, SynthPlan, SynthRx, SynthTx};
 use crate::port::{PortKind, PortRx, PortSpec, PortTx, PortsConfig};
 use crate::stats::BackendCounters;
 
@@ -49,8 +49,16 @@ pub type PortHealth = Box<dyn Fn() -> Option<String> + Send + Sync>;
 /// How often the supervisor runs the ports' health checks.
 const HEALTH_CHECK_EVERY: Duration = Duration::from_millis(250);
 
-/// Builds ports A and B from `cfg` with `tx_queues` transmit halves each.
-pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<SoftPorts> {
+/// Changes a port's generator plan before its queues are built (`(port, plan)`).
+pub type PlanSteering<'a> = &'a dyn Fn(usize, &mut SynthPlan);
+
+/// Builds ports A and B from `cfg` with `tx_queues` transmit halves each; `steer`, when
+/// given, places each generating port's flows on its receive queues.
+pub fn build_soft_ports(
+    cfg: &PortsConfig,
+    tx_queues: usize,
+    steer: Option<PlanSteering<'_>>,
+) -> anyhow::Result<SoftPorts> {
     let mut rx: Vec<Vec<Box<dyn PortRx<Buf = PoolBuf>>>> = Vec::new();
     let mut tx: Vec<Vec<Box<dyn PortTx<Buf = PoolBuf>>>> = Vec::new();
     let mut synth = Vec::new();
@@ -72,8 +80,11 @@ pub fn build_soft_ports(cfg: &PortsConfig, tx_queues: usize) -> anyhow::Result<S
             PortKind::Synth => {
                 let stats = synth_stats.clone();
                 let generate = p == 0 || cfg.synth.both_directions;
-                let plan = SynthPlan::new(&cfg.synth, p as u8)
+                let mut plan = SynthPlan::new(&cfg.synth, p as u8)
                     .with_context(|| format!("port {name}: [ports.synth]"))?;
+                if let (Some(steer), true) = (steer, generate) {
+                    steer(p, &mut plan);
+                }
                 if generate {
                     let n = spec.rx_queues.max(1);
                     for q in 0..n {
@@ -285,7 +296,20 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         crate::log_line!("warning: {w}");
     }
     let ports = with_generator_paced(&config);
-    let soft = build_soft_ports(&ports, ecfg.tx_queues)?;
+    let prepared = match &config.circuits {
+        Some(settings) => Some(circuits::prepare(&config, settings)?),
+        None => None,
+    };
+    let steering = match (&prepared, ports.synth.rx_steering) {
+        (Some(prepared), RxSteering::Circuit) => Some(circuit_steering(&config, &ports, prepared)),
+        _ => None,
+    };
+    let soft = build_soft_ports(
+        &ports,
+        ecfg.tx_queues,
+        steering.as_ref().map(|s| s as PlanSteering<'_>),
+    )?;
+    drop(steering);
     supervise::supervise(
         &config,
         soft.ports,
@@ -293,7 +317,42 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         soft.backend,
         soft.health,
         None,
+        prepared,
     )
+}
+
+/// `ports.synth.rx_steering = "circuit"`: each generated flow on the receive queue of the
+/// worker that owns its circuit's TX queue on the way out, so that no packet of a circuit
+/// crosses to another worker (as a NIC's flow rules or XDP's cpumap steer by subscriber
+/// prefix). A flow of no circuit, or whose owner polls none of the port's queues, stays
+/// round robin.
+fn circuit_steering<'a>(
+    config: &'a Config,
+    ports: &'a PortsConfig,
+    prepared: &'a circuits::Prepared,
+) -> impl Fn(usize, &mut SynthPlan) + 'a {
+    let workers = config.engine.workers.max(1);
+    let tx_queues = config.engine.tx_queues.max(1);
+    let rx_counts = [ports.a.rx_queues.max(1), ports.b.rx_queues.max(1)];
+    let rx_workers =
+        crate::engine::rx_queue_workers(&rx_counts, &[true, ports.bidirectional], workers);
+    move |p, plan| {
+        let out = 1 - p;
+        let side = match config.egress_direction(out) {
+            crate::direction::Direction::Download => crate::classify::Side::Destination,
+            crate::direction::Direction::Upload => crate::classify::Side::Source,
+        };
+        let lpm = prepared.lpm();
+        plan.steer(|_, frame| {
+            let mut meta = qdisc::PacketMeta::default();
+            crate::wire::parse_into(frame, &mut meta);
+            let slot = crate::classify::circuit_of(lpm, side, &meta.keys)?;
+            let q = crate::classify::circuit_queue(slot, tx_queues);
+            let owner = crate::engine::tx_queue_owner(out, q, tx_queues, workers);
+            let rx = rx_workers[p].iter().position(|&w| w == owner)?;
+            u16::try_from(rx).ok()
+        });
+    }
 }
 
 /// The `[ports]` table with the generator's offered rate "auto" resolved against the shaped
@@ -468,6 +527,7 @@ fn run_dpdk(config: &Config) -> anyhow::Result<()> {
         Vec::new(),
         Vec::new(),
         Some(hook),
+        None,
     );
     drop(set);
     result

@@ -55,6 +55,7 @@ pub(super) fn supervise<P: PortBuf>(
     backend: Vec<(usize, BackendCounters)>,
     health: Vec<(usize, PortHealth)>,
     hook: Option<WorkerHook>,
+    prepared: Option<super::circuits::Prepared>,
 ) -> anyhow::Result<()> {
     let ecfg: EngineConfig = config.engine.clone();
     let scfg: StatsConfig = config.stats.stats_config()?;
@@ -67,7 +68,10 @@ pub(super) fn supervise<P: PortBuf>(
     // circuits, per circuit under the direction's link rate.
     let (shapers, targets, circuits) = match &config.circuits {
         Some(settings) => {
-            let prepared = super::circuits::prepare(config, settings)?;
+            let prepared = match prepared {
+                Some(p) => p,
+                None => super::circuits::prepare(config, settings)?,
+            };
             let mut shapers = Vec::new();
             let mut targets = Vec::new();
             let mut queues = [None, None];

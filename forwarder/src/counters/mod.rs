@@ -38,8 +38,10 @@ pub mod port {
 
 /// Per-egress (port × TX queue) counter fields.
 pub mod egress {
-    /// Packets offered to the queue's shaper.
-    pub const OFFERED: usize = 0;
+    /// Packets offered to the queue by a worker that does not run it: each crossed to the
+    /// running worker's core (its intake or hand-off ring), as a packet steered to another
+    /// CPU does in Linux (RPS, XDP's cpumap).
+    pub const HANDED_IN: usize = 0;
     /// Packets that bypassed the queue.
     pub const BYPASS: usize = 1;
     /// Packets the shaper released.

@@ -426,6 +426,37 @@ pub fn start_with_hook<P: PortBuf>(
     start_with_circuits(cfg, ports, shapers, hook, None)
 }
 
+/// The worker that polls each receive queue (`[port][queue]`, given each port's queue
+/// count): the queues of forwarded ports, port by port, round robin over `workers`; a port
+/// that forwards nowhere is not polled (its entries are 0 and unused).
+pub fn rx_queue_workers(
+    rx_queues: &[usize],
+    forwarded: &[bool],
+    workers: usize,
+) -> Vec<Vec<usize>> {
+    let mut next = 0;
+    rx_queues
+        .iter()
+        .enumerate()
+        .map(|(p, &n)| {
+            if !forwarded.get(p).copied().unwrap_or(false) {
+                return vec![0; n];
+            }
+            (0..n)
+                .map(|_| {
+                    next += 1;
+                    (next - 1) % workers.max(1)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The worker that owns TX queue `queue` of port `port` (of `tx_queues` per port).
+pub fn tx_queue_owner(port: usize, queue: usize, tx_queues: usize, workers: usize) -> usize {
+    (port * tx_queues + queue) % workers.max(1)
+}
+
 /// [`start_with_hook`] with circuits: every packet leaving through a port with a
 /// [`CircuitTables::sides`] entry is classified to its circuit, and with several TX queues
 /// steered by it.
@@ -504,14 +535,17 @@ pub fn start_with_circuits<P: PortBuf>(
             .as_ref()
             .and_then(|c| c.sides.get(out).copied().flatten())
     };
-    // Receive queues round-robin over workers; TX queue e belongs to worker e % workers.
-    let mut next = 0;
+    let forwarded: Vec<bool> = (0..ports.rx.len())
+        .map(|p| ports.forward.get(p).copied().flatten().is_some())
+        .collect();
+    let rx_counts: Vec<usize> = ports.rx.iter().map(Vec::len).collect();
+    let rx_workers = rx_queue_workers(&rx_counts, &forwarded, workers);
     for (p, queues) in ports.rx.into_iter().enumerate() {
         let Some(out) = ports.forward.get(p).copied().flatten() else {
             continue;
         };
-        for rx in queues {
-            ws[next % workers].rx.push(RxSlot {
+        for (q, rx) in queues.into_iter().enumerate() {
+            ws[rx_workers[p][q]].rx.push(RxSlot {
                 rx,
                 port: p,
                 out,
@@ -519,13 +553,12 @@ pub fn start_with_circuits<P: PortBuf>(
                 side: side_of(out),
                 finished: false,
             });
-            next += 1;
         }
     }
     for (p, queues) in ports.tx.into_iter().enumerate() {
         for (q, tx) in queues.into_iter().enumerate() {
             let e = p * cfg.tx_queues + q;
-            let w = &mut ws[e % workers];
+            let w = &mut ws[tx_queue_owner(p, q, cfg.tx_queues, workers)];
             w.owned[e] = Some(w.tx.len());
             w.tx.push(TxSlot {
                 tx,

@@ -491,6 +491,8 @@ pub(super) struct Offered {
     pub(super) handoff_full: u64,
     /// Bytes of the whole burst.
     pub(super) bytes: u64,
+    /// Packets offered as a peer (to a queue another worker runs).
+    pub(super) handed_in: u64,
 }
 
 /// Offers `pkts` to an egress's shaper. Bypassed packets go to the slot's pending burst
@@ -524,9 +526,11 @@ pub(super) fn offer_to<P: PortBuf>(
                 bypassed: outcome.bypassed as u64,
                 handoff_full: 0,
                 bytes: outcome.offered_bytes,
+                handed_in: 0,
             }
         }
         None => {
+            let handed_in = pkts.len() as u64;
             let outcome = shaper.offer_burst(now, pkts, metas, classify, scratch, Offerer::Peer);
             let mut full = 0u64;
             for p in scratch.drain(..) {
@@ -539,15 +543,17 @@ pub(super) fn offer_to<P: PortBuf>(
                 bypassed: outcome.bypassed as u64,
                 handoff_full: full,
                 bytes: outcome.offered_bytes,
+                handed_in,
             }
         }
     }
 }
 
-/// Adds one offer's bypass and handoff-full counts to egress `e`'s counters.
+/// Adds one offer's bypass, handoff-full and handed-in counts to egress `e`'s counters.
 #[inline]
 pub(super) fn count_offer(local: &mut [u64], lp: Layout, e: usize, offered: Offered) {
     local[lp.egress(e, egress::BYPASS)] += offered.bypassed;
+    local[lp.egress(e, egress::HANDED_IN)] += offered.handed_in;
     local[lp.egress(e, egress::DROPS + DropReason::TxFull.index())] += offered.handoff_full;
 }
 

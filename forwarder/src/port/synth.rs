@@ -80,6 +80,19 @@ pub enum IpVersion {
     Mixed,
 }
 
+/// How a port's generator splits its flows between its receive queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RxSteering {
+    /// By flow, round robin: as a NIC's RSS spreads flows, whatever their subscriber.
+    #[default]
+    Flow,
+    /// With circuits, each circuit's flows on the receive queue of the worker that owns the
+    /// circuit's TX queue, as a NIC's flow rules (rte_flow) or XDP's cpumap steer by
+    /// subscriber prefix; flows of no circuit round robin. Without circuits, as `flow`.
+    Circuit,
+}
+
 /// Frame sizes the generator emits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PacketSize {
@@ -156,6 +169,8 @@ pub struct SynthConfig {
     pub seed: u64,
     /// Generate on port B too (towards A), not only on port A.
     pub both_directions: bool,
+    /// How flows are split between a port's receive queues ("flow" or "circuit").
+    pub rx_steering: RxSteering,
 }
 
 impl Default for SynthConfig {
@@ -171,6 +186,7 @@ impl Default for SynthConfig {
             duration: String::new(),
             seed: 1,
             both_directions: false,
+            rx_steering: RxSteering::Flow,
         }
     }
 }
@@ -342,6 +358,8 @@ pub struct SynthPlan {
     duration_ns: Option<u64>,
     /// Port index folded into addresses so A->B and B->A flows differ.
     port: u8,
+    /// The receive queue of each flow when it is not round robin ([`SynthPlan::steer`]).
+    rx_queue_of_flow: Option<Arc<[u16]>>,
 }
 
 impl SynthPlan {
@@ -397,7 +415,31 @@ impl SynthPlan {
             packets: cfg.packets,
             duration_ns,
             port,
+            rx_queue_of_flow: None,
         })
+    }
+
+    /// Puts each flow on the receive queue `queue_of(flow, frame)` names, from a frame of
+    /// the flow as the generator builds it (64 bytes or the IPv6 minimum); `None` keeps
+    /// round robin for that flow. Queue numbers wrap at the port's queue count.
+    pub fn steer(&mut self, mut queue_of: impl FnMut(u32, &[u8]) -> Option<u16>) {
+        let steered = (0..self.flows)
+            .map(|f| {
+                let mut flow = GenFlow::new(self, f);
+                let mut frame = vec![0u8; if flow.v6 { MIN_FRAME_V6 } else { MIN_FRAME_V4 }];
+                flow.write(&mut frame, 0);
+                queue_of(f, &frame).unwrap_or(u16::MAX)
+            })
+            .collect();
+        self.rx_queue_of_flow = Some(steered);
+    }
+
+    /// The receive queue (of `queues`) that generates `flow`.
+    fn rx_queue_of(&self, flow: u32, queues: usize) -> usize {
+        match self.rx_queue_of_flow.as_deref().map(|q| q[flow as usize]) {
+            Some(q) if q != u16::MAX => usize::from(q) % queues,
+            _ => flow as usize % queues,
+        }
     }
 
     /// Flows in the plan.
@@ -496,6 +538,51 @@ struct GenFlow {
     seq: u64,
 }
 
+impl GenFlow {
+    fn new(plan: &SynthPlan, id: u32) -> GenFlow {
+        let mut header = [0u8; 64];
+        let header_len = plan.template(id, &mut header);
+        let v6 = plan.is_v6(id);
+        let ipv4_partial = if v6 {
+            0
+        } else {
+            ones_sum(&header[ETH_LEN..ETH_LEN + IPV4_LEN])
+        };
+        GenFlow {
+            id,
+            header,
+            header_len,
+            v6,
+            ipv4_partial,
+            seq: 0,
+        }
+    }
+
+    /// Writes this flow's next frame, as long as `frame`, sent at `now_ns`.
+    #[inline]
+    fn write(&mut self, frame: &mut [u8], now_ns: u64) {
+        let len = frame.len();
+        let h = self.header_len;
+        frame[..h].copy_from_slice(&self.header[..h]);
+        let udp_len = (len - h + UDP_LEN) as u16;
+        if self.v6 {
+            frame[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
+        } else {
+            let total = (len - ETH_LEN) as u16;
+            frame[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
+            let csum = fold(self.ipv4_partial + u32::from(total));
+            frame[ETH_LEN + 10..ETH_LEN + 12].copy_from_slice(&(!csum).to_be_bytes());
+        }
+        frame[h - 4..h - 2].copy_from_slice(&udp_len.to_be_bytes());
+        let p = &mut frame[h..h + PAYLOAD_HEADER_LEN];
+        p[0..2].copy_from_slice(&MAGIC);
+        p[2..6].copy_from_slice(&self.id.to_be_bytes());
+        p[6..14].copy_from_slice(&self.seq.to_be_bytes());
+        p[14..22].copy_from_slice(&now_ns.to_be_bytes());
+        self.seq += 1;
+    }
+}
+
 /// The generator: one receive queue of a synth port.
 pub struct SynthRx {
     plan: SynthPlan,
@@ -532,28 +619,22 @@ impl SynthRx {
     ) -> SynthRx {
         let queues = queues.max(1);
         let flows: Vec<GenFlow> = (0..plan.flows)
-            .filter(|f| *f as usize % queues == queue)
-            .map(|id| {
-                let mut header = [0u8; 64];
-                let header_len = plan.template(id, &mut header);
-                let v6 = plan.is_v6(id);
-                let ipv4_partial = if v6 {
-                    0
-                } else {
-                    ones_sum(&header[ETH_LEN..ETH_LEN + IPV4_LEN])
-                };
-                GenFlow {
-                    id,
-                    header,
-                    header_len,
-                    v6,
-                    ipv4_partial,
-                    seq: 0,
-                }
-            })
+            .filter(|&f| plan.rx_queue_of(f, queues) == queue)
+            .map(|id| GenFlow::new(plan, id))
             .collect();
         let counters = stats.add_generator();
-        let share = |x: u64| x / queues as u64 + u64::from((queue as u64) < x % queues as u64);
+        // Round robin, each queue's share of the rate and the limit is an even split; steered,
+        // it follows the queue's share of the flows, so every flow is offered alike.
+        // (Cumulative floors, so that the queues' shares add up to the whole.)
+        let all = u128::from(plan.flows);
+        let before = (0..plan.flows)
+            .filter(|&f| plan.rx_queue_of(f, queues) < queue)
+            .count() as u128;
+        let upto = before + flows.len() as u128;
+        let share = |x: u64| match plan.rx_queue_of_flow {
+            None => x / queues as u64 + u64::from((queue as u64) < x % queues as u64),
+            Some(_) => (u128::from(x) * upto / all - u128::from(x) * before / all) as u64,
+        };
         SynthRx {
             rate_units_per_s: match plan.pace {
                 Pace::Bits(b) => share(b) / 8,
@@ -603,26 +684,7 @@ impl SynthRx {
         }
         let v6 = self.flows[fi].v6;
         let len = self.next_frame_len(v6);
-        let flow = &mut self.flows[fi];
-        let frame = buf.set_len(len);
-        let h = flow.header_len;
-        frame[..h].copy_from_slice(&flow.header[..h]);
-        let udp_len = (len - h + UDP_LEN) as u16;
-        if v6 {
-            frame[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
-        } else {
-            let total = (len - ETH_LEN) as u16;
-            frame[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&total.to_be_bytes());
-            let csum = fold(flow.ipv4_partial + u32::from(total));
-            frame[ETH_LEN + 10..ETH_LEN + 12].copy_from_slice(&(!csum).to_be_bytes());
-        }
-        frame[h - 4..h - 2].copy_from_slice(&udp_len.to_be_bytes());
-        let p = &mut frame[h..h + PAYLOAD_HEADER_LEN];
-        p[0..2].copy_from_slice(&MAGIC);
-        p[2..6].copy_from_slice(&flow.id.to_be_bytes());
-        p[6..14].copy_from_slice(&flow.seq.to_be_bytes());
-        p[14..22].copy_from_slice(&now_ns.to_be_bytes());
-        flow.seq += 1;
+        self.flows[fi].write(buf.set_len(len), now_ns);
         len
     }
 

@@ -211,6 +211,8 @@ pub struct QueueReport {
     pub drops: BTreeMap<&'static str, u64>,
     /// Packets waiting (qdisc, intake, transmit burst, hand-off).
     pub queued: u64,
+    /// Packets offered by a worker that does not run this queue (each crossed cores).
+    pub handed_in: u64,
     /// Configured global rate, bit/s (0 = unlimited).
     pub rate_bps: u64,
     /// Per-tin figures.
@@ -427,6 +429,7 @@ impl Reporter {
                 dequeued: st.dequeued,
                 drops,
                 queued,
+                handed_in: snap.egress(e, egress::HANDED_IN),
                 rate_bps: q.rate().bits_per_sec(),
                 tins: if final_report { q.tins_now() } else { q.tins() },
             });
@@ -676,9 +679,16 @@ impl Report {
             } else {
                 fmt_bps(q.rate_bps as f64)
             };
+            // Only where workers hand packets to each other, so one worker's report is as
+            // it was.
+            let handed = if q.handed_in > 0 {
+                format!(", handed in from other workers {}", q.handed_in)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "queue {}/{}: rate {rate}, bypass {}, enqueued {}, dequeued {}, queued {}, drops {}",
+                "queue {}/{}: rate {rate}, bypass {}, enqueued {}, dequeued {}, queued {}, drops {}{handed}",
                 q.port,
                 q.queue,
                 q.bypass,
@@ -826,6 +836,7 @@ mod tests {
                 dequeued: 6,
                 drops: drops.clone(),
                 queued: 0,
+                handed_in: 0,
                 rate_bps: 8_000_000,
                 tins: vec![TinSnapshot {
                     name: "Best Effort".into(),

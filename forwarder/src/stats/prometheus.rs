@@ -252,12 +252,18 @@ pub fn render(r: &Report) -> String {
         },
     );
     type QueueField = fn(&super::QueueReport) -> u64;
-    let queue_figures: [(&str, Kind, &str, QueueField); 3] = [
+    let queue_figures: [(&str, Kind, &str, QueueField); 4] = [
         (
             "cakewalk_bypass_total",
             Kind::Counter,
             "Packets sent straight out because the queue was empty and the shaper had credit.",
             |q| q.bypass,
+        ),
+        (
+            "cakewalk_handed_in_total",
+            Kind::Counter,
+            "Packets offered to the queue by a worker that does not run it (each crossed cores).",
+            |q| q.handed_in,
         ),
         (
             "cakewalk_queued_packets",

@@ -208,3 +208,62 @@ fn foreign_frames_are_counted_not_verified() {
     assert_eq!(stats.totals().foreign, 2);
     assert_eq!(stats.totals().received_packets, 0);
 }
+
+#[test]
+fn steered_flows_go_to_their_queue_and_the_shares_add_up_to_the_whole() {
+    let cfg = SynthConfig {
+        flows: 10,
+        size: PacketSize::Fixed(64),
+        packets: 1001,
+        rate: "999pps".into(),
+        ..SynthConfig::default()
+    };
+    let mut plan = plan(&cfg);
+    // Flows 0-6 name queue 4 (queue 1 of 3: numbers wrap), flow 7 stays round robin (7 % 3
+    // = 1), 8 and 9 name queue 0; queue 2 gets none.
+    let mut seen = Vec::new();
+    plan.steer(|f, frame| {
+        assert_eq!(
+            flow_and_seq(frame),
+            Some((f, 0)),
+            "the probe frame is the flow's own"
+        );
+        seen.push(f);
+        match f {
+            0..=6 => Some(4),
+            7 => None,
+            _ => Some(0),
+        }
+    });
+    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+    let stats = Arc::new(SynthStats::default());
+    let mut rxs: Vec<SynthRx> = (0..3)
+        .map(|q| SynthRx::new(&plan, Pool::new(4096, 2048), q, 3, &stats))
+        .collect();
+    let flows_of = |rx: &SynthRx| rx.flows.iter().map(|f| f.id).collect::<Vec<_>>();
+    assert_eq!(flows_of(&rxs[0]), vec![8, 9]);
+    assert_eq!(flows_of(&rxs[1]), vec![0, 1, 2, 3, 4, 5, 6, 7]);
+    assert!(rxs[2].flows.is_empty() && rxs[2].is_finished());
+    // Rate and packet limit follow each queue's share of the flows, and add up.
+    let rates: Vec<u64> = rxs.iter().map(|r| r.rate_units_per_s).collect();
+    let limits: Vec<u64> = rxs
+        .iter()
+        .map(|r| {
+            if r.flows.is_empty() {
+                0
+            } else {
+                r.packet_limit
+            }
+        })
+        .collect();
+    assert_eq!(rates[0] + rates[1], 999);
+    assert_eq!(limits.iter().sum::<u64>(), 1001);
+    assert_eq!((limits[0], limits[1]), (200, 801));
+    // Each queue sends only its flows.
+    let mut burst = Vec::with_capacity(64);
+    rxs[0].rate_units_per_s = 0;
+    rxs[0].rx_burst(&mut burst, 64);
+    assert!(burst
+        .iter()
+        .all(|b| matches!(flow_and_seq(b.data()), Some((8 | 9, _)))));
+}

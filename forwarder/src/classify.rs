@@ -77,6 +77,17 @@ pub enum Side {
     Source,
 }
 
+impl Side {
+    /// The subscriber-side address of traffic leaving in direction `dir`: the destination
+    /// of the download, the source of the upload.
+    pub fn of(dir: crate::direction::Direction) -> Side {
+        match dir {
+            crate::direction::Direction::Download => Side::Destination,
+            crate::direction::Direction::Upload => Side::Source,
+        }
+    }
+}
+
 /// The circuit slot of a packet with `keys`, found by its `side` address in `lpm`; `None`
 /// for non-IP packets and addresses no circuit holds.
 #[inline]

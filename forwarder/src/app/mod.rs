@@ -338,10 +338,7 @@ fn circuit_steering<'a>(
         crate::engine::rx_queue_workers(&rx_counts, &[true, ports.bidirectional], workers);
     move |p, plan| {
         let out = 1 - p;
-        let side = match config.egress_direction(out) {
-            crate::direction::Direction::Download => crate::classify::Side::Destination,
-            crate::direction::Direction::Upload => crate::classify::Side::Source,
-        };
+        let side = crate::classify::Side::of(config.egress_direction(out));
         let lpm = prepared.lpm();
         plan.steer(|_, frame| {
             let mut meta = qdisc::PacketMeta::default();

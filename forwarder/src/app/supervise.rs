@@ -108,12 +108,7 @@ pub(super) fn supervise<P: PortBuf>(
     let tables = circuits.as_ref().map(|rt| engine::CircuitTables {
         table: rt.table(),
         sides: (0..2)
-            .map(|p| {
-                Some(match config.egress_direction(p) {
-                    crate::direction::Direction::Download => crate::classify::Side::Destination,
-                    crate::direction::Direction::Upload => crate::classify::Side::Source,
-                })
-            })
+            .map(|p| Some(crate::classify::Side::of(config.egress_direction(p))))
             .collect(),
         unmatched_one_queue: matches!(
             config.circuits.as_ref().map(|c| c.unmatched),

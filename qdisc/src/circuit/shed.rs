@@ -68,7 +68,7 @@ impl<P: Packet> CircuitShaper<P> {
             let s = &mut self.slots[victim as usize];
             s.counters.drops[DropReason::Overflow.index()] += 1;
             s.counters.dropped_bytes += bytes;
-            if r.dropped_packets == r.ack_filtered {
+            if r.dropped_packets == u32::from(r.ack_filtered) {
                 r.reason = Some(DropReason::Overflow);
             }
             r.dropped_packets += 1;

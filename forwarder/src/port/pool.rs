@@ -15,6 +15,7 @@
 //! This module does not parse frames; ECN marking and TCP ACK facts come from [`crate::wire`].
 
 use std::cell::RefCell;
+use std::mem::ManuallyDrop;
 
 use crossbeam_queue::ArrayQueue;
 use qdisc::{Packet, TcpAckInfo};
@@ -174,7 +175,7 @@ impl Pool {
     pub fn alloc(&self) -> Option<PoolBuf> {
         let mut frame = self.inner.take()?;
         frame.len = 0;
-        Some(PoolBuf(Some(frame)))
+        Some(PoolBuf(ManuallyDrop::new(frame)))
     }
 
     /// Appends up to `n` buffers holding empty frames to `out` (one cache access for the
@@ -213,7 +214,7 @@ impl Pool {
                     break;
                 };
                 frame.len = 0;
-                out.push(PoolBuf(Some(frame)));
+                out.push(PoolBuf(ManuallyDrop::new(frame)));
                 got += 1;
             }
             got
@@ -277,7 +278,13 @@ struct Frame {
 /// pieces of 8, 16 and 4 bytes, then read it back 16 bytes at a time: a load that spans
 /// several smaller stores cannot be forwarded from the store buffer, and that stall was
 /// the hottest instruction of the TX queue's dequeue and of the engine's offer.
-pub struct PoolBuf(Option<Box<Frame>>);
+///
+/// Never null, so that `Option<PoolBuf>` (a queued packet's slot in a CAKE slab) is one
+/// pointer too: as `Option<Box<Frame>>` inside, the option needed a tag word, a slab slot
+/// took 40 bytes, and half of them straddled two cache lines.
+pub struct PoolBuf(ManuallyDrop<Box<Frame>>);
+
+const _: () = assert!(std::mem::size_of::<Option<PoolBuf>>() == std::mem::size_of::<usize>());
 
 impl std::fmt::Debug for PoolBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -291,33 +298,31 @@ impl PoolBuf {
     /// Sets the frame length (clamped to the buffer size) and returns the frame for writing.
     #[inline]
     pub fn set_len(&mut self, len: usize) -> &mut [u8] {
-        match &mut self.0 {
-            Some(f) => {
-                f.len = len.min(f.data.len());
-                &mut f.data[..f.len]
-            }
-            None => &mut [],
-        }
+        let f: &mut Frame = &mut self.0;
+        f.len = len.min(f.data.len());
+        &mut f.data[..f.len]
     }
 
     /// The buffer's full capacity in bytes.
     pub fn capacity(&self) -> usize {
-        self.0.as_ref().map_or(0, |f| f.data.len())
+        self.0.data.len()
     }
 }
 
 impl Drop for PoolBuf {
+    #[allow(unsafe_code)]
     fn drop(&mut self) {
-        if let Some(frame) = self.0.take() {
-            frame.pool.give(frame);
-        }
+        // SAFETY: the frame is taken once, here, and `self.0` is never touched again: `self`
+        // is being dropped.
+        let frame = unsafe { ManuallyDrop::take(&mut self.0) };
+        frame.pool.give(frame);
     }
 }
 
 impl Packet for PoolBuf {
     #[inline]
     fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |f| f.len)
+        self.0.len
     }
 
     /// The whole buffer, as an mbuf's `buf_len` or the kernel's `truesize`: CAKE's memory
@@ -326,7 +331,7 @@ impl Packet for PoolBuf {
     /// the receive side, not CAKE, chose what to drop (and the queue stayed full: delay).
     #[inline]
     fn footprint(&self) -> usize {
-        self.0.as_ref().map_or(0, |f| f.data.len())
+        self.0.data.len()
     }
 
     #[inline]
@@ -344,23 +349,16 @@ impl Packet for PoolBuf {
     }
 }
 
-// The frame is `Some` from allocation until drop; the empty answers for `None` only keep
-// these accessors free of panics.
 impl PortBuf for PoolBuf {
     #[inline]
     fn data(&self) -> &[u8] {
-        match &self.0 {
-            Some(f) => &f.data[..f.len],
-            None => &[],
-        }
+        &self.0.data[..self.0.len]
     }
 
     #[inline]
     fn data_mut(&mut self) -> &mut [u8] {
-        match &mut self.0 {
-            Some(f) => &mut f.data[..f.len],
-            None => &mut [],
-        }
+        let f: &mut Frame = &mut self.0;
+        &mut f.data[..f.len]
     }
 }
 

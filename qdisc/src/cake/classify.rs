@@ -73,10 +73,11 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
 
     /// Starts loading what an enqueue of `meta` will touch beyond the hot lines: its tin's
     /// scheduling and statistics lines, the home way of its flow (tag and record) and the
-    /// packet slot it will take. Reads the hot lines, so call it a stage after
+    /// packet slot it will take, when it is the `nth` (from 0) of the burst's packets for
+    /// this instance. Reads the hot lines, so call it a stage after
     /// [`Cake::prefetch_header`].
     #[inline]
-    pub(crate) fn prefetch_flow(&self, meta: &PacketMeta) {
+    pub(crate) fn prefetch_flow(&self, meta: &PacketMeta, nth: u32) {
         let t = self.select_tin(meta);
         // First and last field of each part an enqueue reads: a tin is not line-aligned
         // (aligned, its index cost the link instance an instruction per use).
@@ -86,7 +87,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         prefetch(&st.sparse_flows);
         prefetch(&st.base_delay_ns);
         prefetch(&st.way_directs);
-        if let Some(slot) = self.slots.get(self.free_head as usize) {
+        if let Some(slot) = self.slots.get(self.nth_free_slot(nth) as usize) {
             prefetch(slot);
         }
         if self.hot.flow_mode != FlowMode::Flowblind {

@@ -2,16 +2,55 @@
 //! counters against the queues and lists they summarise, the host bulk counts and the
 //! overflow heap. Meant for tests and fuzzing.
 
-use super::{Cake, FlowSet, ListId, MAX_TINS, NIL, NIL16};
+use super::{Cake, FlowSet, ListId, FREE_LOW_SLOTS, MAX_TINS, NIL, NIL16};
 use crate::Packet;
 
 impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
+    /// The free slots (`free_low`'s bits and the free list) are exactly the empty slots,
+    /// each once, and the list holds none of the low slots.
+    fn check_free_slots(&self) -> Result<(), String> {
+        let n = self.slots.len();
+        let mut free = vec![false; n];
+        for s in 0..FREE_LOW_SLOTS {
+            if self.free_low & (1 << s) != 0 {
+                if s as usize >= n {
+                    return Err(format!("free bit {s} beyond the slab of {n}"));
+                }
+                free[s as usize] = true;
+            }
+        }
+        let mut s = self.free_head;
+        while s != NIL {
+            let Some(seen) = free.get_mut(s as usize) else {
+                return Err(format!("free list links slot {s} beyond the slab of {n}"));
+            };
+            if *seen || s < FREE_LOW_SLOTS {
+                return Err(format!(
+                    "slot {s} is on the free list twice or is a low slot"
+                ));
+            }
+            *seen = true;
+            s = self.slots[s as usize].next;
+        }
+        for (s, (slot, free)) in self.slots.iter().zip(&free).enumerate() {
+            if slot.pkt.is_none() != *free {
+                return Err(if *free {
+                    format!("slot {s} holds a packet but is marked free")
+                } else {
+                    format!("slot {s} is empty but not marked free")
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the internal invariants (counters against lists and queues). Costs a walk
     /// of every flow and packet; meant for tests and fuzzing.
     ///
     /// # Errors
     /// A description of the first broken invariant.
     pub fn check_invariants(&self) -> Result<(), String> {
+        self.check_free_slots()?;
         let mut qlen = 0u64;
         let mut backlog = 0u64;
         let mut used = 0u64;

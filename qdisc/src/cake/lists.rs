@@ -2,7 +2,7 @@
 //! and decaying, linked through [`Link`]), the free list of the packet slab, and a flow's
 //! packet queue with the backlog counters and overflow-heap upkeep a head removal implies.
 
-use super::{tin_of, Cake, Link, ListId, NIL, NIL16};
+use super::{tin_of, Cake, Link, ListId, FREE_LOW_SLOTS, NIL, NIL16};
 use crate::Packet;
 
 impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
@@ -73,8 +73,14 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         self.list_push_tail(fid, to);
     }
 
+    /// A free slot: the lowest of `free_low`, else the head of the free list.
     #[inline]
     pub(super) fn alloc_slot(&mut self) -> Option<u32> {
+        if self.free_low != 0 {
+            let s = self.free_low.trailing_zeros();
+            self.free_low &= self.free_low - 1;
+            return Some(s);
+        }
         let s = self.free_head;
         if s == NIL {
             return None;
@@ -83,13 +89,33 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         Some(s)
     }
 
-    /// Drops the packet in slot `s` (if any) and returns the slot to the free list.
+    /// The slot the `nth` (from 0) next [`Cake::alloc_slot`] will take while nothing is
+    /// released, when `free_low` holds that many; else the free list's head. For
+    /// prefetching the slots of a burst's packets.
+    #[inline]
+    pub(super) fn nth_free_slot(&self, nth: u32) -> u32 {
+        let mut low = self.free_low;
+        for _ in 0..nth.min(FREE_LOW_SLOTS) {
+            low &= low.wrapping_sub(1);
+        }
+        if low != 0 {
+            low.trailing_zeros()
+        } else {
+            self.free_head
+        }
+    }
+
+    /// Takes the packet out of slot `s` (if any) and makes the slot free.
     #[inline]
     pub(super) fn release_slot(&mut self, s: u32) -> Option<P> {
         let slot = &mut self.slots[s as usize];
         let p = slot.pkt.take();
-        slot.next = self.free_head;
-        self.free_head = s;
+        if s < FREE_LOW_SLOTS {
+            self.free_low |= 1 << s;
+        } else {
+            slot.next = self.free_head;
+            self.free_head = s;
+        }
         p
     }
 

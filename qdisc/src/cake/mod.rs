@@ -127,6 +127,8 @@ pub const SET_WAYS: usize = 8;
 /// Packet slots a compact instance (fewer than [`FLOWS_PER_TIN`] flows per tin) starts
 /// with; its slab doubles from there when full, up to `packet_limit + 1`.
 const COMPACT_FIRST_SLOTS: usize = 64;
+/// Slab slots whose freedom [`Cake`] keeps as bits (`free_low`) rather than on its list.
+const FREE_LOW_SLOTS: u32 = u64::BITS;
 /// Dequeues after an overflow during which the heap is kept up to date.
 const OVERFLOW_TIMEOUT: u32 = 65535;
 /// Autorate waits this long after a reconfigure before changing the rate again.
@@ -320,6 +322,19 @@ struct Slot<P> {
     enqueue_ns: u64,
 }
 
+impl<P> Default for Slot<P> {
+    fn default() -> Slot<P> {
+        Slot {
+            pkt: None,
+            next: NIL,
+            len: 0,
+            adj_len: 0,
+            footprint: 0,
+            enqueue_ns: 0,
+        }
+    }
+}
+
 /// A packet unlinked from its flow for delivery: its slot and the lengths read from it
 /// (passed on so that the delivery does not read the slot again).
 #[derive(Debug, Clone, Copy)]
@@ -409,6 +424,7 @@ struct HotConfig {
 pub struct Cake<P, const FLOWS: usize = FLOWS_PER_TIN> {
     // Line 0.
     qlen: u32,
+    /// The first free slot at or above [`FREE_LOW_SLOTS`], linked through `Slot::next`.
     free_head: u32,
     overflow_timeout: u32,
     dsrc: bool,
@@ -439,7 +455,15 @@ pub struct Cake<P, const FLOWS: usize = FLOWS_PER_TIN> {
     // Line 3.
     turns: [TinTurn; MAX_TINS],
     // Line 4, and autorate's cold rest.
-    slots: Vec<Slot<P>>,
+    /// The packet slab: a boxed slice (two words, where a `Vec` took three) so that
+    /// `free_low` fits this line; it grows (rarely, see [`Cake::grow_slab`]) by reallocating.
+    slots: Box<[Slot<P>]>,
+    /// The free slots among the first [`FREE_LOW_SLOTS`] of the slab, one bit each; the
+    /// free slots above them are on the list at `free_head`. A free slot is taken from here
+    /// first, lowest first, which needs no load from the slab (popping the list read the
+    /// slot's link, a miss in a cold instance that nothing could prefetch for the second
+    /// packet of a burst) and keeps a subscriber's few queued packets in a few lines.
+    free_low: u64,
     hot: HotConfig,
     autorate: Autorate,
 

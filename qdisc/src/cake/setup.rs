@@ -12,7 +12,7 @@ use super::table::FlowTable;
 use super::AqmMode;
 use super::{
     AckFilterMode, Autorate, Cake, CakeConfig, CakeStats, ConfigError, Flow, FlowSet, Host,
-    HotConfig, Link, ListId, Slot, TinTurn, COMPACT_FIRST_SLOTS, NIL,
+    HotConfig, Link, ListId, Slot, TinTurn, COMPACT_FIRST_SLOTS, FREE_LOW_SLOTS, NIL,
 };
 use crate::{DropReason, Packet, Rate};
 
@@ -55,7 +55,8 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             dst_bulk: FlowTable::new(0),
             heap: OverflowHeap::new(Self::ALL_FLOWS),
             overflow_timeout: 0,
-            slots: Vec::new(),
+            slots: Box::default(),
+            free_low: 0,
             free_head: NIL,
             ack: Vec::new(),
             cur_tin: 0,
@@ -161,18 +162,15 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     /// Grows the packet slab (and the ACK filter's entries, when it is on) to `n` slots,
     /// each new slot on the free list; never shrinks it.
     fn grow_slab_to(&mut self, n: usize) {
-        self.slots.reserve_exact(n.saturating_sub(self.slots.len()));
-        while self.slots.len() < n {
-            let i = self.slots.len() as u32;
-            self.slots.push(Slot {
-                pkt: None,
-                next: self.free_head,
-                len: 0,
-                adj_len: 0,
-                footprint: 0,
-                enqueue_ns: 0,
-            });
-            self.free_head = i;
+        if self.slots.len() < n {
+            let mut slots = std::mem::take(&mut self.slots).into_vec();
+            slots.reserve_exact(n - slots.len());
+            while slots.len() < n {
+                let i = slots.len() as u32;
+                slots.push(Slot::default());
+                mark_free(&mut slots, i, &mut self.free_low, &mut self.free_head);
+            }
+            self.slots = slots.into_boxed_slice();
         }
         if self.ack_mode != AckFilterMode::Off && self.ack.len() < self.slots.len() {
             self.ack
@@ -233,6 +231,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             heap,
             overflow_timeout,
             slots,
+            free_low,
             free_head,
             ack,
             cur_tin,
@@ -263,18 +262,12 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         dst_bulk.fill(0);
         heap.reset();
         *overflow_timeout = 0;
-        // The free list in the order `grow_slab_to` builds it: the highest slot first.
+        // Every slot free, as `grow_slab_to` leaves them.
+        *free_low = 0;
         *free_head = NIL;
-        for (i, slot) in slots.iter_mut().enumerate() {
-            *slot = Slot {
-                pkt: None,
-                next: *free_head,
-                len: 0,
-                adj_len: 0,
-                footprint: 0,
-                enqueue_ns: 0,
-            };
-            *free_head = i as u32;
+        for i in 0..slots.len() {
+            slots[i] = Slot::default();
+            mark_free(slots, i as u32, free_low, free_head);
         }
         ack.fill(AckEntry::default());
         *cur_tin = 0;
@@ -468,7 +461,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     /// Bytes of the packet slab: slots of queue metadata and packet (`packet_limit + 1` of
     /// them, or in a compact instance as many as it grew to).
     pub fn slab_bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Slot<P>>()
+        self.slots.len() * std::mem::size_of::<Slot<P>>()
     }
 
     /// Bytes of heap memory this instance owns: the flow, link, tag, host and bulk-count
@@ -493,5 +486,16 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             + self.slab_bytes()
             + self.ack.capacity() * size_of::<AckEntry>()
             + hist
+    }
+}
+
+/// Marks new or reset slot `i` of `slots` free: a bit of `free_low`, or at the head of the
+/// free list at `free_head` (so that the list's slots are taken highest first).
+fn mark_free<P>(slots: &mut [Slot<P>], i: u32, free_low: &mut u64, free_head: &mut u32) {
+    if i < FREE_LOW_SLOTS {
+        *free_low |= 1 << i;
+    } else {
+        slots[i as usize].next = *free_head;
+        *free_head = i;
     }
 }

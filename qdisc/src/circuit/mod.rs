@@ -643,9 +643,16 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
                 }
             }
         }
+        // The how-manieth packet of its circuit in a run of them, for the slot it will take.
+        let (mut last, mut nth) = (None, 0);
         for m in metas {
+            if m.circuit == last {
+                nth += 1;
+            } else {
+                (last, nth) = (m.circuit, 0);
+            }
             if let Some(i) = inst_of(m) {
-                i.cake.prefetch_flow(m);
+                i.cake.prefetch_flow(m, nth);
             }
         }
     }

@@ -7,7 +7,10 @@ use crate::{DropReason, Rate};
 
 /// A slot's cumulative counters: kept in the shaper's per-slot array, so they survive the
 /// release of the slot's instance.
+///
+/// `repr(C)`: the sent counters, written per packet, first (see the shaper's slot record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
 pub struct CircuitCounters {
     /// Packets delivered (dequeued or bypassed).
     pub sent_packets: u64,

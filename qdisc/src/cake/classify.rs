@@ -125,10 +125,27 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         (lists[ListId::Decay].head, head)
     }
 
-    /// Starts loading what the next dequeue will read first beyond the hot lines: the flow
-    /// records at the heads of each active tin's lists ([`Cake::dequeue_heads`]). Reads the
-    /// hot lines, so call it a stage after [`Cake::prefetch_header`]; a hint, changes
-    /// nothing.
+    /// Starts loading what a dequeue reads of each active tin: its lists and clocks, and
+    /// the statistics a delivery updates. Reads the hot lines, so call it a stage after
+    /// [`Cake::prefetch_header`]; a hint, changes nothing.
+    #[inline]
+    pub(crate) fn prefetch_dequeue_tins(&self) {
+        for t in 0..self.tin_cnt.min(MAX_TINS) {
+            if self.turns[t].active_flows == 0 {
+                continue;
+            }
+            let (tin, st) = (&self.tins[t], &self.stats.tins[t]);
+            prefetch(&tin.lists);
+            prefetch(&tin.rate);
+            prefetch(&st.sparse_flows);
+            prefetch(&st.base_delay_ns);
+        }
+    }
+
+    /// Starts loading what the next dequeue will read first beyond the hot lines and the
+    /// tins: the flow records at the heads of each active tin's lists
+    /// ([`Cake::dequeue_heads`]). Reads the tins' lists, so call it a stage after
+    /// [`Cake::prefetch_dequeue_tins`]; a hint, changes nothing.
     #[inline]
     pub(crate) fn prefetch_dequeue_flows(&self) {
         for t in 0..self.tin_cnt.min(MAX_TINS) {

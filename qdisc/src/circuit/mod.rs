@@ -484,9 +484,11 @@ impl<P: Packet> CircuitShaper<P> {
 
     /// Starts loading the state of the circuits served after `id`, one stage per dequeue
     /// ahead, so that each dependent load of a cold circuit finds its line fetched a
-    /// dequeue earlier: the fourth on the ready ring gets its slot record prefetched, the
-    /// third its instance header, the second its lists' head flows, the next its head
-    /// packet's slot. A hint only; the ring may change before they are served.
+    /// dequeue earlier: the fifth on the ready ring gets its slot record prefetched, the
+    /// fourth its instance header, the third its active tins, the second its lists' head
+    /// flows, the next its head packet's slot. A hint only; the ring may change before they
+    /// are served. (With four stages, tins and head flows in one, reading the tins' list
+    /// heads to find the flows stalled on each circuit's tin line.)
     #[inline]
     fn prefetch_next_ready(&self, id: u32) {
         let inst_of = |id: u32| self.insts.get(self.slots[id as usize].inst as usize);
@@ -506,10 +508,16 @@ impl<P: Packet> CircuitShaper<P> {
             return;
         };
         if let Some(i) = inst_of(n3) {
+            i.cake.prefetch_dequeue_tins();
+        }
+        let Some(n4) = self.ring.next_of(n3) else {
+            return;
+        };
+        if let Some(i) = inst_of(n4) {
             i.cake.prefetch_header();
         }
-        if let Some(n4) = self.ring.next_of(n3) {
-            prefetch(&self.slots[n4 as usize]);
+        if let Some(n5) = self.ring.next_of(n4) {
+            prefetch(&self.slots[n5 as usize]);
         }
     }
 

@@ -4,6 +4,7 @@
 //! indexed by the shaper's dense circuit id and preallocated, so that nothing allocates
 //! per packet.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 
 const NIL: u32 = u32::MAX;
@@ -215,6 +216,10 @@ impl TimerHeap {
 /// Where a [`TimerWheel`] entry is: not held, in the overflow heap, or in a wheel bucket.
 const OFF: u32 = u32::MAX;
 const IN_OVERFLOW: u32 = u32::MAX - 1;
+/// A bucket's cached earliest entry when it has none.
+const EMPTY_MIN: (u64, u32) = (u64::MAX, NIL);
+/// A bucket's cached earliest entry when it is unknown (the id no entry has).
+const STALE_MIN: (u64, u32) = (0, u32::MAX - 1);
 
 /// Buckets of the wheel (a power of two) and the span of one, 2^SHIFT ns: 4096 buckets of
 /// 2.048 us reach 8.4 ms ahead, the wait of a 1500-byte packet at 1.5 Mbit/s.
@@ -248,10 +253,21 @@ impl Default for WheelEntry {
 /// exact time, so nothing is released early: a bucket before the current one is wholly
 /// due, the current one is checked entry by entry. Entries of one bucket leave in no
 /// particular order (they are due within 2 us of each other).
+///
+/// Each bucket caches its earliest entry, so that `peek` and a `pop_due` that finds
+/// nothing due in the current bucket cost O(1) however many circuits share the bucket (a
+/// burst that reaches thousands of circuits at one instant puts them all in one): walking
+/// the bucket for them cost 12 us per packet with 10 000 circuits held by their plans. A
+/// removal of the earliest entry leaves the cache stale, and the next reader that needs it
+/// walks the bucket once.
 #[derive(Debug, Clone)]
 pub(super) struct TimerWheel {
     entries: Vec<WheelEntry>,
     heads: Box<[u32]>,
+    /// Per bucket: its earliest entry `(time, id)`, [`EMPTY_MIN`], or [`STALE_MIN`] when
+    /// the earliest left and the bucket has not been walked since (a `Cell`, so that
+    /// `peek` caches what it walked).
+    mins: Box<[Cell<(u64, u32)>]>,
     occupied: [u64; WHEEL_WORDS],
     /// The absolute bucket (`time >> WHEEL_SHIFT`) no wheel entry is before: every entry's
     /// bucket is in `cursor..cursor + WHEEL_BUCKETS`. Advanced by [`TimerWheel::pop_due`].
@@ -271,6 +287,7 @@ impl TimerWheel {
         TimerWheel {
             entries: Vec::new(),
             heads: vec![NIL; WHEEL_BUCKETS].into_boxed_slice(),
+            mins: vec![Cell::new(EMPTY_MIN); WHEEL_BUCKETS].into_boxed_slice(),
             occupied: [0; WHEEL_WORDS],
             cursor: 0,
             in_wheel: 0,
@@ -317,6 +334,10 @@ impl TimerWheel {
         self.heads[slot] = id;
         self.occupied[slot / 64] |= 1 << (slot % 64);
         self.in_wheel += 1;
+        let min = self.mins[slot].get();
+        if min != STALE_MIN && t < min.0 {
+            self.mins[slot].set((t, id));
+        }
     }
 
     pub(super) fn remove(&mut self, id: u32) {
@@ -330,6 +351,7 @@ impl TimerWheel {
                     self.heads[slot] = e.next;
                     if e.next == NIL {
                         self.occupied[slot / 64] &= !(1 << (slot % 64));
+                        self.mins[slot].set(EMPTY_MIN);
                     }
                 } else {
                     self.entries[e.prev as usize].next = e.next;
@@ -338,6 +360,13 @@ impl TimerWheel {
                     self.entries[e.next as usize].prev = e.prev;
                 }
                 self.in_wheel -= 1;
+                if self.mins[slot].get().1 == id {
+                    self.mins[slot].set(if self.heads[slot] == NIL {
+                        EMPTY_MIN
+                    } else {
+                        STALE_MIN
+                    });
+                }
             }
         }
         self.entries[id as usize] = WheelEntry::default();
@@ -357,19 +386,37 @@ impl TimerWheel {
         })
     }
 
+    /// The earliest entry of occupied bucket `slot`, from the cache or, when that is stale,
+    /// by walking the bucket once (and caching what it found). Of equal times it names the
+    /// one nearest the tail: entries join at the head and `pop_due` takes due ones from the
+    /// head, so a batch due at one instant leaves without making the cache stale each time.
+    fn bucket_min(&self, slot: usize) -> (u64, u32) {
+        let cached = self.mins[slot].get();
+        if cached != STALE_MIN {
+            return cached;
+        }
+        let mut best = EMPTY_MIN;
+        let mut id = self.heads[slot];
+        while id != NIL {
+            let e = &self.entries[id as usize];
+            if e.at <= best.0 {
+                best = (e.at, id);
+            }
+            id = e.next;
+        }
+        self.mins[slot].set(best);
+        best
+    }
+
     /// The earliest entry's `(time, id)`, without removing it.
     pub(super) fn peek(&self) -> Option<(u64, u32)> {
         let mut best = self.overflow.peek();
         if self.in_wheel > 0 {
             let from = (self.cursor as usize) % WHEEL_BUCKETS;
             if let Some(slot) = self.next_occupied(from) {
-                let mut id = self.heads[slot];
-                while id != NIL {
-                    let e = &self.entries[id as usize];
-                    if best.map_or(true, |(t, _)| e.at < t) {
-                        best = Some((e.at, id));
-                    }
-                    id = e.next;
+                let (at, id) = self.bucket_min(slot);
+                if best.map_or(true, |(t, _)| at < t) {
+                    best = Some((at, id));
                 }
             }
         }
@@ -406,6 +453,10 @@ impl TimerWheel {
             // A bucket before the current one is wholly due.
             self.remove(id);
             return Some(id);
+        }
+        // The current bucket: nothing in it is due before its earliest entry.
+        if self.bucket_min(slot).0 > now {
+            return None;
         }
         while id != NIL {
             let e = self.entries[id as usize];

@@ -268,6 +268,9 @@ pub(super) struct TimerWheel {
     /// the earliest left and the bucket has not been walked since (a `Cell`, so that
     /// `peek` caches what it walked).
     mins: Box<[Cell<(u64, u32)>]>,
+    /// Entries visited by bucket walks, for the tests that hold the walks to O(n).
+    #[cfg(test)]
+    visited: Cell<u64>,
     occupied: [u64; WHEEL_WORDS],
     /// The absolute bucket (`time >> WHEEL_SHIFT`) no wheel entry is before: every entry's
     /// bucket is in `cursor..cursor + WHEEL_BUCKETS`. Advanced by [`TimerWheel::pop_due`].
@@ -288,6 +291,8 @@ impl TimerWheel {
             entries: Vec::new(),
             heads: vec![NIL; WHEEL_BUCKETS].into_boxed_slice(),
             mins: vec![Cell::new(EMPTY_MIN); WHEEL_BUCKETS].into_boxed_slice(),
+            #[cfg(test)]
+            visited: Cell::new(0),
             occupied: [0; WHEEL_WORDS],
             cursor: 0,
             in_wheel: 0,
@@ -402,6 +407,8 @@ impl TimerWheel {
             if e.at <= best.0 {
                 best = (e.at, id);
             }
+            #[cfg(test)]
+            self.visited.set(self.visited.get() + 1);
             id = e.next;
         }
         self.mins[slot].set(best);
@@ -464,6 +471,8 @@ impl TimerWheel {
                 self.remove(id);
                 return Some(id);
             }
+            #[cfg(test)]
+            self.visited.set(self.visited.get() + 1);
             id = e.next;
         }
         None
@@ -619,5 +628,79 @@ mod tests {
                 assert_eq!(w.contains(id), model.contains_key(&id));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod bucket_tests {
+    use super::*;
+
+    const N: u32 = 10_000;
+
+    /// `N` circuits held until one instant, all in one bucket (one burst reached them all).
+    fn one_bucket(at: u64) -> TimerWheel {
+        let mut w = TimerWheel::new();
+        w.grow(N as usize);
+        for id in 0..N {
+            w.set(id, at);
+        }
+        w
+    }
+
+    #[test]
+    fn a_crowded_bucket_answers_before_its_time_without_walking() {
+        let at = 1_000_000;
+        let mut w = one_bucket(at);
+        for k in 0..1_000 {
+            assert_eq!(w.peek().map(|(t, _)| t), Some(at));
+            assert_eq!(w.pop_due(at - 1 - k % 2), None);
+        }
+        assert_eq!(
+            w.visited.get(),
+            0,
+            "every answer came from the bucket's cache"
+        );
+    }
+
+    #[test]
+    fn a_crowded_bucket_empties_in_linear_time() {
+        let at = 1_000_000;
+        let mut w = one_bucket(at);
+        let mut popped = 0;
+        while let Some(id) = w.pop_due(at) {
+            assert!(id < N);
+            popped += 1;
+            assert_eq!(w.peek().map(|(t, _)| t), (popped < N).then_some(at));
+        }
+        assert_eq!(popped, N);
+        // One visit per pop and peek, and a walk or two: quadratic would be 10^8.
+        assert!(
+            w.visited.get() <= 3 * u64::from(N),
+            "{} entries visited",
+            w.visited.get()
+        );
+    }
+
+    #[test]
+    fn removing_the_earliest_costs_one_walk_then_the_cache_serves() {
+        let mut w = TimerWheel::new();
+        w.grow(N as usize);
+        // Distinct times within one 2 us bucket, the earliest inserted last.
+        for id in 0..N {
+            w.set(id, 1_000_000 + u64::from(N - id) / 8);
+        }
+        let (t, first) = w.peek().expect("entries");
+        w.remove(first);
+        let walks_before = w.visited.get();
+        let (t2, _) = w.peek().expect("entries");
+        assert!(t2 >= t);
+        for _ in 0..1_000 {
+            assert_eq!(w.peek().map(|(t, _)| t), Some(t2));
+        }
+        assert_eq!(
+            w.visited.get() - walks_before,
+            u64::from(N - 1),
+            "one walk, then cached"
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! The intrusive structures a packet moves through: each tin's three flow lists (new, old
-//! and decaying, linked through [`Link`]), the free list of the packet slab, and a flow's
+//! and decaying, linked through [`Link`]), the packet slab's free slots, and a flow's
 //! packet queue with the backlog counters and overflow-heap upkeep a head removal implies.
 
 use super::{tin_of, Cake, Link, ListId, FREE_LOW_SLOTS, NIL, NIL16};

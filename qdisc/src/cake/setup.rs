@@ -160,7 +160,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     }
 
     /// Grows the packet slab (and the ACK filter's entries, when it is on) to `n` slots,
-    /// each new slot on the free list; never shrinks it.
+    /// each new slot free (a bit of `free_low` or on the free list); never shrinks it.
     fn grow_slab_to(&mut self, n: usize) {
         if self.slots.len() < n {
             let mut slots = std::mem::take(&mut self.slots).into_vec();

@@ -79,14 +79,8 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     #[inline]
     pub(crate) fn prefetch_flow(&self, meta: &PacketMeta, nth: u32) {
         let t = self.select_tin(meta);
-        // First and last field of each part an enqueue reads: a tin is not line-aligned
-        // (aligned, its index cost the link instance an instruction per use).
-        let (tin, st) = (&self.tins[t], &self.stats.tins[t]);
-        prefetch(&tin.lists);
-        prefetch(&tin.rate);
-        prefetch(&st.sparse_flows);
-        prefetch(&st.base_delay_ns);
-        prefetch(&st.way_directs);
+        self.prefetch_tin(t);
+        prefetch(&self.stats.tins[t].way_directs);
         if let Some(slot) = self.slots.get(self.nth_free_slot(nth) as usize) {
             prefetch(slot);
         }
@@ -134,12 +128,20 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             if self.turns[t].active_flows == 0 {
                 continue;
             }
-            let (tin, st) = (&self.tins[t], &self.stats.tins[t]);
-            prefetch(&tin.lists);
-            prefetch(&tin.rate);
-            prefetch(&st.sparse_flows);
-            prefetch(&st.base_delay_ns);
+            self.prefetch_tin(t);
         }
+    }
+
+    /// Starts loading tin `t`'s scheduling lines (lists, clock, rate) and the statistics
+    /// every packet of it updates: the first and last field of each part, since a tin is
+    /// not line-aligned (aligned, its index cost the link instance an instruction per use).
+    #[inline(always)]
+    fn prefetch_tin(&self, t: usize) {
+        let (tin, st) = (&self.tins[t], &self.stats.tins[t]);
+        prefetch(&tin.lists);
+        prefetch(&tin.rate);
+        prefetch(&st.sparse_flows);
+        prefetch(&st.base_delay_ns);
     }
 
     /// Starts loading what the next dequeue will read first beyond the hot lines and the

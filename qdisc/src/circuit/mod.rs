@@ -658,7 +658,7 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
                 }
             }
         }
-        // The how-manieth packet of its circuit in a run of them, for the slot it will take.
+        // Each packet's place in a run of its circuit's packets: the slot it will take.
         let (mut last, mut nth) = (None, 0);
         for m in metas {
             if m.circuit == last {

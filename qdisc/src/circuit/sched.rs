@@ -356,7 +356,6 @@ impl TimerWheel {
                     self.heads[slot] = e.next;
                     if e.next == NIL {
                         self.occupied[slot / 64] &= !(1 << (slot % 64));
-                        self.mins[slot].set(EMPTY_MIN);
                     }
                 } else {
                     self.entries[e.prev as usize].next = e.next;
@@ -365,12 +364,10 @@ impl TimerWheel {
                     self.entries[e.next as usize].prev = e.prev;
                 }
                 self.in_wheel -= 1;
-                if self.mins[slot].get().1 == id {
-                    self.mins[slot].set(if self.heads[slot] == NIL {
-                        EMPTY_MIN
-                    } else {
-                        STALE_MIN
-                    });
+                if self.heads[slot] == NIL {
+                    self.mins[slot].set(EMPTY_MIN);
+                } else if self.mins[slot].get().1 == id {
+                    self.mins[slot].set(STALE_MIN);
                 }
             }
         }

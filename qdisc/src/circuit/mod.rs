@@ -65,14 +65,18 @@ enum Sched {
 /// The per-id record, kept for every slot whether or not it has an instance.
 ///
 /// `repr(C)`, line-aligned, in this order: what a packet reads and writes (the instance,
-/// the scheduling state and the sent counters) is the first 40 bytes, within the line a
+/// the scheduling state and the sent counters) is the first 48 bytes, within the line a
 /// prefetch of the record loads. In the compiler's order, 104 bytes at any offset in a
 /// line, `inst` and `planned` came last, beyond the prefetched line, and the burst's
-/// prefetch stalled on each circuit's record.
-#[derive(Debug, Clone)]
+/// prefetch stalled on each circuit's record. The instance itself is here, not behind an
+/// index into a list of instances: from a cold circuit's record its header is one load
+/// away, not two (a stage fewer in each prefetch pipeline).
+#[derive(Debug)]
 #[repr(C, align(64))]
-struct SlotState {
-    /// Index into `CircuitShaper::insts`, or `NIL`.
+struct SlotState<P> {
+    /// The circuit's live instance, if it has one.
+    cake: Option<Box<CircuitCake<P>>>,
+    /// Its position in `CircuitShaper::live` while it has an instance, else `NIL`.
     inst: u32,
     /// DRR deficit in bytes while on the ready ring.
     deficit: i32,
@@ -87,9 +91,10 @@ struct SlotState {
     counters: CircuitCounters,
 }
 
-impl Default for SlotState {
-    fn default() -> SlotState {
+impl<P> Default for SlotState<P> {
+    fn default() -> SlotState<P> {
         SlotState {
+            cake: None,
             inst: NIL,
             deficit: 0,
             sched: Sched::Idle,
@@ -101,13 +106,6 @@ impl Default for SlotState {
     }
 }
 
-/// A live instance and the circuit that owns it.
-#[derive(Debug)]
-struct Instance<P> {
-    cake: Box<CircuitCake<P>>,
-    owner: u32,
-}
-
 /// One CAKE per circuit under a link cap. See the module docs; the configuration is
 /// [`CircuitShaperConfig`]. Implements [`Qdisc`] and [`crate::mq::MqQdisc`], so it serves
 /// as the qdisc of a [`crate::mq::TxQueue`] unchanged.
@@ -117,8 +115,10 @@ pub struct CircuitShaper<P> {
     /// The default class's instance configuration, cached.
     default_cfg: CakeConfig,
     gate: LinkGate,
-    slots: Vec<SlotState>,
-    insts: Vec<Instance<P>>,
+    slots: Vec<SlotState<P>>,
+    /// The ids whose slot holds an instance, in no order (each slot's `inst` is its
+    /// position here): what walks every live instance reads.
+    live: Vec<u32>,
     /// Boxed so that taking an instance from the pool and releasing it moves a pointer,
     /// not the instance's few kilobytes of inline state.
     #[allow(clippy::vec_box)]
@@ -149,7 +149,7 @@ impl<P: Packet> CircuitShaper<P> {
             default_cfg: config.default_instance_config(),
             gate: LinkGate::new(&config.link),
             slots: Vec::new(),
-            insts: Vec::new(),
+            live: Vec::new(),
             spare: Vec::new(),
             ring: ReadyRing::new(),
             heap: TimerWheel::new(),
@@ -177,7 +177,7 @@ impl<P: Packet> CircuitShaper<P> {
     /// Instances alive now (circuits with packets or recently active, and the default
     /// class when it has one).
     pub fn active_instances(&self) -> usize {
-        self.insts.len()
+        self.live.len()
     }
 
     /// Released instances kept for reuse.
@@ -191,13 +191,13 @@ impl<P: Packet> CircuitShaper<P> {
         use std::mem::size_of;
         let inst = |c: &CircuitCake<P>| c.preallocated_bytes() + c.slab_bytes();
         size_of::<Self>()
-            + self.slots.capacity() * size_of::<SlotState>()
-            + self.insts.capacity() * size_of::<Instance<P>>()
+            + self.slots.capacity() * size_of::<SlotState<P>>()
+            + self.live.capacity() * size_of::<u32>()
             + self.spare.capacity() * size_of::<usize>()
             + self.ring.bytes()
             + self.heap.bytes()
             + self.idle.bytes()
-            + self.insts.iter().map(|i| inst(&i.cake)).sum::<usize>()
+            + self.live_instances().map(|(_, c)| inst(c)).sum::<usize>()
             + self.spare.iter().map(|c| inst(c)).sum::<usize>()
     }
 
@@ -205,7 +205,7 @@ impl<P: Packet> CircuitShaper<P> {
     /// structures' per-id entries).
     pub fn idle_slot_bytes() -> usize {
         use std::mem::size_of;
-        size_of::<SlotState>() + 2 * size_of::<u32>() + size_of::<(u64, u32)>() * 2
+        size_of::<SlotState<P>>() + 2 * size_of::<u32>() + size_of::<(u64, u32)>() * 2
     }
 
     /// `slot`'s figures: cumulative counters and, while it has an instance, its backlog,
@@ -224,7 +224,7 @@ impl<P: Packet> CircuitShaper<P> {
     pub fn circuit_counters(&self, slot: u32) -> Option<(CircuitCounters, bool)> {
         let id = (slot as usize).checked_add(1)?;
         let s = self.slots.get(id)?;
-        Some((s.counters, s.inst != NIL))
+        Some((s.counters, s.cake.is_some()))
     }
 
     /// The default class's figures.
@@ -234,10 +234,10 @@ impl<P: Packet> CircuitShaper<P> {
 
     /// Every slot that holds an instance now, with its figures, in no particular order.
     pub fn active_circuits(&self) -> impl Iterator<Item = (u32, CircuitStats)> + '_ {
-        self.insts
+        self.live
             .iter()
-            .filter(|i| i.owner != DEFAULT_ID)
-            .map(|i| (i.owner - 1, self.stats_of(i.owner)))
+            .filter(|&&id| id != DEFAULT_ID)
+            .map(|&id| (id - 1, self.stats_of(id)))
     }
 
     /// The sum of every slot's counters, the default class's, and those of circuits whose
@@ -253,14 +253,12 @@ impl<P: Packet> CircuitShaper<P> {
     /// `slot`'s live instance, if it has one (for tests and `explain`).
     pub fn instance(&self, slot: u32) -> Option<&CircuitCake<P>> {
         let id = (slot as usize).checked_add(1)?;
-        let s = self.slots.get(id)?;
-        (s.inst != NIL).then(|| &*self.insts[s.inst as usize].cake)
+        self.slots.get(id)?.cake.as_deref()
     }
 
     /// The default class's live instance, if it has one.
     pub fn default_instance(&self) -> Option<&CircuitCake<P>> {
-        let s = &self.slots[DEFAULT_ID as usize];
-        (s.inst != NIL).then(|| &*self.insts[s.inst as usize].cake)
+        self.slots[DEFAULT_ID as usize].cake.as_deref()
     }
 
     fn stats_of(&self, id: u32) -> CircuitStats {
@@ -275,19 +273,18 @@ impl<P: Packet> CircuitShaper<P> {
             backlog_packets: 0,
             backlog_bytes: 0,
             rate: plan_rate,
-            active: s.inst != NIL,
+            active: s.cake.is_some(),
             sojourn_peak_ns: 0,
             tin_count: 0,
             tins: Default::default(),
         };
-        if s.inst != NIL {
-            let i = &self.insts[s.inst as usize];
-            let st = i.cake.stats();
-            out.backlog_packets = i.cake.len() as u64;
-            out.backlog_bytes = i.cake.backlog_bytes();
-            out.rate = i.cake.current_rate();
+        if let Some(cake) = s.cake.as_deref() {
+            let st = cake.stats();
+            out.backlog_packets = cake.len() as u64;
+            out.backlog_bytes = cake.backlog_bytes();
+            out.rate = cake.current_rate();
             out.tin_count = st.tin_count;
-            out.tins = stats::tin_figures(st, i.cake.tin_names());
+            out.tins = stats::tin_figures(st, cake.tin_names());
             out.sojourn_peak_ns = out.tins[..st.tin_count]
                 .iter()
                 .map(|t| t.peak_delay_ns)
@@ -300,7 +297,7 @@ impl<P: Packet> CircuitShaper<P> {
     /// Makes room for ids below `ids`.
     fn grow(&mut self, ids: usize) {
         if self.slots.len() < ids {
-            self.slots.resize(ids, SlotState::default());
+            self.slots.resize_with(ids, SlotState::default);
         }
         self.ring.grow(ids);
         self.heap.grow(ids);
@@ -331,13 +328,25 @@ impl<P: Packet> CircuitShaper<P> {
         }
     }
 
-    /// The index of `id`'s instance, taking one from the pool (or building one) when it
-    /// has none.
-    fn ensure_instance(&mut self, id: u32) -> usize {
-        let s = &self.slots[id as usize];
-        if s.inst != NIL {
-            return s.inst as usize;
+    /// Gives `id` an instance, from the pool (or a new one) when it has none.
+    #[inline]
+    fn ensure_instance(&mut self, id: u32) {
+        if self.slots[id as usize].cake.is_none() {
+            self.attach_instance(id);
         }
+    }
+
+    /// Every live instance with its id, in no particular order.
+    fn live_instances(&self) -> impl Iterator<Item = (u32, &CircuitCake<P>)> + '_ {
+        self.live
+            .iter()
+            .filter_map(|&id| Some((id, self.slots[id as usize].cake.as_deref()?)))
+    }
+
+    /// [`Self::ensure_instance`]'s work for an id without an instance.
+    #[cold]
+    #[inline(never)]
+    fn attach_instance(&mut self, id: u32) {
         let want = self.want_config(id);
         let mut cake = match self.spare.pop() {
             Some(mut c) => {
@@ -366,34 +375,33 @@ impl<P: Packet> CircuitShaper<P> {
         if let Some(link) = self.tree.as_mut() {
             link.join_pending = true;
         }
-        let idx = self.insts.len();
-        self.insts.push(Instance { cake, owner: id });
-        self.slots[id as usize].inst = idx as u32;
-        idx
+        let s = &mut self.slots[id as usize];
+        s.inst = self.live.len() as u32;
+        s.cake = Some(cake);
+        self.live.push(id);
     }
 
     /// Returns `id`'s (empty) instance to the pool.
     fn release(&mut self, id: u32) {
-        let idx = self.slots[id as usize].inst;
-        if idx == NIL {
+        let s = &mut self.slots[id as usize];
+        let Some(cake) = s.cake.take() else {
             return;
+        };
+        let pos = std::mem::replace(&mut s.inst, NIL);
+        self.live.swap_remove(pos as usize);
+        if let Some(&moved) = self.live.get(pos as usize) {
+            self.slots[moved as usize].inst = pos;
         }
-        let inst = self.insts.swap_remove(idx as usize);
-        if let Some(moved) = self.insts.get(idx as usize) {
-            self.slots[moved.owner as usize].inst = idx;
-        }
-        self.slots[id as usize].inst = NIL;
         if self.spare.len() < self.config.spare_instances {
-            self.spare.push(inst.cake);
+            self.spare.push(cake);
         }
     }
 
     /// Puts `id` (whose instance just became non-empty) on the ring or in the timer wheel.
     fn schedule(&mut self, id: u32, now: u64) {
-        let idx = self.slots[id as usize].inst as usize;
         let quantum = self.gate.quantum();
         let s = &mut self.slots[id as usize];
-        match self.insts[idx].cake.next_wakeup() {
+        match s.cake.as_deref().and_then(|c| c.next_wakeup()) {
             Some(t) if t > now => {
                 self.heap.set(id, t);
                 s.sched = Sched::Held;
@@ -449,11 +457,14 @@ impl<P: Packet> CircuitShaper<P> {
             self.idle.pop();
             let s = &mut self.slots[id as usize];
             s.queued_idle = false;
-            if s.sched != Sched::Idle || s.inst == NIL {
+            let Some(cake) = s.cake.as_deref() else {
+                continue;
+            };
+            if s.sched != Sched::Idle {
                 continue;
             }
             if s.empty_since.saturating_add(after) <= now {
-                if self.insts[s.inst as usize].cake.is_empty() {
+                if cake.is_empty() {
                     self.release(id);
                 }
             } else {
@@ -465,15 +476,16 @@ impl<P: Packet> CircuitShaper<P> {
         }
     }
 
-    /// Runs `op` on `id`'s instance and keeps the totals exact whatever it queued, sent or
-    /// dropped: returns `(packets, bytes)` before and after.
+    /// Runs `op` on `id`'s instance, which it has (made by [`Self::ensure_instance`], or
+    /// it is scheduled), and keeps the totals exact whatever it queued, sent or dropped:
+    /// returns `(packets, bytes)` before and after.
     #[inline]
     fn with_instance<R>(
         &mut self,
-        idx: usize,
+        id: u32,
         op: impl FnOnce(&mut CircuitCake<P>) -> R,
     ) -> (R, (usize, u64), (usize, u64)) {
-        let cake = &mut self.insts[idx].cake;
+        let cake = live_in(&mut self.slots, id);
         let before = (cake.len(), cake.backlog_bytes());
         let r = op(cake);
         let after = (cake.len(), cake.backlog_bytes());
@@ -491,30 +503,30 @@ impl<P: Packet> CircuitShaper<P> {
     /// heads to find the flows stalled on each circuit's tin line.)
     #[inline]
     fn prefetch_next_ready(&self, id: u32) {
-        let inst_of = |id: u32| self.insts.get(self.slots[id as usize].inst as usize);
+        let inst_of = |id: u32| self.slots[id as usize].cake.as_deref();
         let Some(n1) = self.ring.next_of(id) else {
             return;
         };
-        if let Some(i) = inst_of(n1) {
-            i.cake.prefetch_dequeue_packet();
+        if let Some(c) = inst_of(n1) {
+            c.prefetch_dequeue_packet();
         }
         let Some(n2) = self.ring.next_of(n1) else {
             return;
         };
-        if let Some(i) = inst_of(n2) {
-            i.cake.prefetch_dequeue_flows();
+        if let Some(c) = inst_of(n2) {
+            c.prefetch_dequeue_flows();
         }
         let Some(n3) = self.ring.next_of(n2) else {
             return;
         };
-        if let Some(i) = inst_of(n3) {
-            i.cake.prefetch_dequeue_tins();
+        if let Some(c) = inst_of(n3) {
+            c.prefetch_dequeue_tins();
         }
         let Some(n4) = self.ring.next_of(n3) else {
             return;
         };
-        if let Some(i) = inst_of(n4) {
-            i.cake.prefetch_header();
+        if let Some(c) = inst_of(n4) {
+            c.prefetch_header();
         }
         if let Some(n5) = self.ring.next_of(n4) {
             prefetch(&self.slots[n5 as usize]);
@@ -528,26 +540,36 @@ impl<P: Packet> CircuitShaper<P> {
     /// # Errors
     /// A description of the first inconsistency.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let qlen: usize = self.insts.iter().map(|i| i.cake.len()).sum();
-        let backlog: u64 = self.insts.iter().map(|i| i.cake.backlog_bytes()).sum();
+        let qlen: usize = self.live_instances().map(|(_, c)| c.len()).sum();
+        let backlog: u64 = self.live_instances().map(|(_, c)| c.backlog_bytes()).sum();
         if qlen != self.qlen || backlog != self.backlog {
             return Err(format!(
                 "totals {}/{} but instances hold {qlen}/{backlog}",
                 self.qlen, self.backlog
             ));
         }
-        for (idx, i) in self.insts.iter().enumerate() {
-            let s = &self.slots[i.owner as usize];
-            if s.inst as usize != idx {
-                return Err(format!(
-                    "instance {idx} owned by {} which points at {}",
-                    i.owner, s.inst
-                ));
+        for (pos, &id) in self.live.iter().enumerate() {
+            let s = self
+                .slots
+                .get(id as usize)
+                .ok_or_else(|| format!("live id {id} beyond the slots"))?;
+            let Some(cake) = s.cake.as_deref() else {
+                return Err(format!("live id {id} has no instance"));
+            };
+            if s.inst as usize != pos {
+                return Err(format!("live id {id} at {pos} records {}", s.inst));
             }
-            if !i.cake.is_empty() && s.sched == Sched::Idle {
-                return Err(format!("id {} holds packets but is not scheduled", i.owner));
+            if !cake.is_empty() && s.sched == Sched::Idle {
+                return Err(format!("id {id} holds packets but is not scheduled"));
             }
-            i.cake.check_invariants()?;
+            cake.check_invariants()?;
+        }
+        let with_instance = self.slots.iter().filter(|s| s.cake.is_some()).count();
+        if with_instance != self.live.len() {
+            return Err(format!(
+                "{with_instance} slots hold an instance, {} are live",
+                self.live.len()
+            ));
         }
         let mut ready = 0;
         let mut held = 0;
@@ -566,7 +588,13 @@ impl<P: Packet> CircuitShaper<P> {
                     }
                 }
             }
-            if s.sched != Sched::Idle && s.inst == NIL {
+            if s.cake.is_none() && s.inst != NIL {
+                return Err(format!(
+                    "id {id} records live position {} without an instance",
+                    s.inst
+                ));
+            }
+            if s.sched != Sched::Idle && s.cake.is_none() {
                 return Err(format!("id {id} scheduled without an instance"));
             }
         }
@@ -592,8 +620,8 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
         if self.qlen == 0 {
             self.gate.wake(now);
         }
-        let idx = self.ensure_instance(id);
-        let (r, before, after) = self.with_instance(idx, |c| c.enqueue(now, pkt, meta));
+        self.ensure_instance(id);
+        let (r, before, after) = self.with_instance(id, |c| c.enqueue(now, pkt, meta));
         let s = &mut self.slots[id as usize];
         if r.dropped_packets > 0 {
             // Rare: most enqueues drop nothing, and then skip the split by reason.
@@ -622,7 +650,7 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
 
     /// Prefetches in stages over the whole burst, as DPDK applications do, each stage
     /// reading what the one before started loading: every packet's slot record, then its
-    /// instance entry, then the instance's hot lines, then its tin, flow and packet slot.
+    /// instance's hot lines, then its tin, flow and packet slot.
     /// A circuit's state is cold when its packets come (thousands of circuits share the
     /// caches), and its enqueue is a chain of dependent loads; staged, the misses of the
     /// burst's circuits overlap. Consecutive packets of one circuit are prefetched once.
@@ -636,25 +664,13 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
                 }
             }
         }
-        let inst_of = |m: &PacketMeta| -> Option<&Instance<P>> {
-            let s = &self.slots[self.class_of(m) as usize];
-            self.insts.get(s.inst as usize)
-        };
+        let inst_of = |m: &PacketMeta| self.slots[self.class_of(m) as usize].cake.as_deref();
         let mut last = None;
         for m in metas {
             if m.circuit != last {
                 last = m.circuit;
-                if let Some(i) = inst_of(m) {
-                    prefetch(i);
-                }
-            }
-        }
-        let mut last = None;
-        for m in metas {
-            if m.circuit != last {
-                last = m.circuit;
-                if let Some(i) = inst_of(m) {
-                    i.cake.prefetch_header();
+                if let Some(c) = inst_of(m) {
+                    c.prefetch_header();
                 }
             }
         }
@@ -666,8 +682,8 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
             } else {
                 (last, nth) = (m.circuit, 0);
             }
-            if let Some(i) = inst_of(m) {
-                i.cake.prefetch_flow(m, nth);
+            if let Some(c) = inst_of(m) {
+                c.prefetch_flow(m, nth);
             }
         }
     }
@@ -701,15 +717,14 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
                 self.ring.rotate();
                 continue;
             }
-            let idx = s.inst;
-            if idx == NIL {
+            if s.cake.is_none() {
                 crate::cold_path();
                 self.ring.pop_front();
                 self.slots[id as usize].sched = Sched::Idle;
                 continue;
             }
             self.prefetch_next_ready(id);
-            let (out, before, after) = self.with_instance(idx as usize, |c| c.dequeue(now));
+            let (out, before, after) = self.with_instance(id, |c| c.dequeue(now));
             let (sent, sent_bytes) = match &out {
                 // Without a COBALT drop in this call the backlog fell by exactly the packet's
                 // length: no need to read it from the packet, whose buffer is cold here.
@@ -732,11 +747,11 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
                     if after.0 == 0 {
                         self.ring.pop_front();
                         self.mark_empty(id, now);
-                    } else if let Some(t) = self.insts[idx as usize].cake.next_wakeup() {
+                    } else if let Some(t) = s.cake.as_deref().and_then(|c| c.next_wakeup()) {
                         if t > now {
                             self.ring.pop_front();
                             self.heap.set(id, t);
-                            self.slots[id as usize].sched = Sched::Held;
+                            s.sched = Sched::Held;
                         }
                     }
                     return Dequeue::Packet(p);
@@ -777,14 +792,12 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
             }
             let id = self.class_of(meta);
             let s = &self.slots[id as usize];
-            if s.sched != Sched::Idle
-                || (s.inst != NIL && !self.insts[s.inst as usize].cake.is_empty())
-            {
+            if s.sched != Sched::Idle || s.cake.as_deref().is_some_and(|c| !c.is_empty()) {
                 break;
             }
-            let fresh = s.inst == NIL;
-            let idx = self.ensure_instance(id);
-            if !self.insts[idx].cake.try_bypass(now, pkt, meta) {
+            let fresh = s.cake.is_none();
+            self.ensure_instance(id);
+            if !live_in(&mut self.slots, id).try_bypass(now, pkt, meta) {
                 if fresh {
                     self.mark_empty(id, now);
                 }
@@ -806,11 +819,9 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
     /// bypass created it).
     fn rewrite_passed(&self, pkts: &mut [P], metas: &[PacketMeta]) {
         for (pkt, meta) in pkts.iter_mut().zip(metas) {
-            let inst = self.slots[self.class_of(meta) as usize].inst;
-            if let Some(i) = self.insts.get(inst as usize) {
+            if let Some(c) = self.slots[self.class_of(meta) as usize].cake.as_deref() {
                 // The instance's own rule (its hot copy of `wash`, not the cold config).
-                i.cake
-                    .rewrite_passed(std::slice::from_mut(pkt), std::slice::from_ref(meta));
+                c.rewrite_passed(std::slice::from_mut(pkt), std::slice::from_ref(meta));
             }
         }
     }
@@ -842,6 +853,16 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
             return Some(gate.max(self.last_now));
         }
         self.heap.peek().map(|(t, _)| t.max(gate))
+    }
+}
+
+/// `id`'s instance, which it has: [`CircuitShaper::ensure_instance`] made it, or the id
+/// is scheduled (a scheduled id always has one, `check_invariants` says).
+#[inline(always)]
+fn live_in<P>(slots: &mut [SlotState<P>], id: u32) -> &mut CircuitCake<P> {
+    match slots[id as usize].cake.as_deref_mut() {
+        Some(c) => c,
+        None => unreachable!("circuit id {id} has no instance"),
     }
 }
 

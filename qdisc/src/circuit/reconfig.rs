@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use super::{CircuitConfigError, CircuitShaper, CircuitShaperConfig, Sched, DEFAULT_ID, NIL};
+use super::{CircuitConfigError, CircuitShaper, CircuitShaperConfig, Sched, DEFAULT_ID};
 use crate::cake::CakeConfig;
 use crate::mq::MqQdisc;
 use crate::{Packet, Qdisc, Rate};
@@ -61,7 +61,7 @@ impl<P: Packet> CircuitShaper<P> {
                     (Some(_), None) => {
                         // Removed: drains, then is released (at once if already empty).
                         let s = &self.slots[id as usize];
-                        if s.inst != NIL && s.sched == Sched::Idle {
+                        if s.cake.is_some() && s.sched == Sched::Idle {
                             self.release(id);
                         }
                     }
@@ -71,12 +71,11 @@ impl<P: Packet> CircuitShaper<P> {
                         let s = &mut self.slots[id as usize];
                         let previous = std::mem::take(&mut s.counters);
                         self.retired.add(&previous);
-                        if s.inst != NIL {
+                        if let Some(cake) = s.cake.as_deref() {
                             // The previous circuit still drains here: its packets stay
                             // and go out under the new plan.
                             let want = config.instance_config(plan);
-                            let idx = s.inst as usize;
-                            let have = self.insts[idx].cake.config().clone();
+                            let have = cake.config().clone();
                             match self.tree_wake_rate(id) {
                                 Some(_) => self.retune_keeping_rate(id, &want, now),
                                 None => self.retune(id, &have, &want, now),
@@ -105,11 +104,9 @@ impl<P: Packet> CircuitShaper<P> {
     /// `Cake::reconfigure`, with the rate in force now (the tree's share) kept; nothing at
     /// all when only the rate differs.
     fn retune_keeping_rate(&mut self, id: u32, new: &CakeConfig, now: u64) {
-        let idx = self.slots[id as usize].inst;
-        if idx == NIL {
+        let Some(cake) = self.slots[id as usize].cake.as_deref() else {
             return;
-        }
-        let cake = &self.insts[idx as usize].cake;
+        };
         let have = cake.config().clone();
         let want = CakeConfig {
             rate: have.rate,
@@ -138,11 +135,12 @@ impl<P: Packet> CircuitShaper<P> {
         rate: Option<Rate>,
         now: u64,
     ) {
-        let idx = self.slots[id as usize].inst;
-        if idx == NIL || (old == new && rate.is_none()) {
+        let Some(cake) = self.slots[id as usize].cake.as_deref_mut() else {
+            return;
+        };
+        if old == new && rate.is_none() {
             return;
         }
-        let cake = &mut self.insts[idx as usize].cake;
         if old != new {
             if rate_only(old, new) {
                 cake.set_rate(new.rate);

@@ -19,7 +19,7 @@
 //! of their share while the others delivered 1.04. Dropping from the longest evens the queues
 //! out, so every circuit stays backlogged and gets its share.
 
-use super::{CircuitShaper, CircuitShaperConfig, NIL};
+use super::{CircuitShaper, CircuitShaperConfig};
 use crate::{DropReason, Enqueued, Packet, Qdisc};
 
 /// The candidate and the scan budget.
@@ -59,11 +59,10 @@ impl<P: Packet> CircuitShaper<P> {
                 break;
             }
             let victim = self.shed_victim(arriving);
-            let idx = self.slots[victim as usize].inst;
-            if idx == NIL {
+            if self.slots[victim as usize].cake.is_none() {
                 break;
             }
-            let (dropped, _, _) = self.with_instance(idx as usize, |c| c.drop_for_space(now));
+            let (dropped, _, _) = self.with_instance(victim, |c| c.drop_for_space(now));
             let Some(bytes) = dropped else { break };
             let s = &mut self.slots[victim as usize];
             s.counters.drops[DropReason::Overflow.index()] += 1;
@@ -80,19 +79,13 @@ impl<P: Packet> CircuitShaper<P> {
     /// circuit, else the largest found by a scan (when one is due and it holds more), else
     /// the arriving circuit.
     fn shed_victim(&mut self, arriving: u32) -> u32 {
-        let active = self.insts.len().max(1);
-        let arriving_idx = self.slots[arriving as usize].inst;
-        let arriving_len = if arriving_idx == NIL {
-            0
-        } else {
-            self.insts[arriving_idx as usize].cake.len()
-        };
+        let active = self.live.len().max(1);
+        let len_of = |id: u32| self.slots[id as usize].cake.as_deref().map(|c| c.len());
+        let arriving_len = len_of(arriving).unwrap_or(0);
         // Strictly more, so that equal queues leave the drop to the arriving circuit.
         let big = arriving_len + 1;
         if let Some(f) = self.shed.fattest {
-            let idx = self.slots[f as usize].inst;
-            if idx != NIL {
-                let len = self.insts[idx as usize].cake.len();
+            if let Some(len) = len_of(f) {
                 self.shed.fattest_len = len;
                 if len >= big {
                     return f;
@@ -105,9 +98,8 @@ impl<P: Packet> CircuitShaper<P> {
         }
         self.shed.scan_in = (active / 8).max(64);
         let largest = self
-            .insts
-            .iter()
-            .map(|i| (i.cake.len(), i.owner))
+            .live_instances()
+            .map(|(id, c)| (c.len(), id))
             .max()
             .unwrap_or((0, arriving));
         self.shed.fattest = Some(largest.1);

@@ -514,10 +514,12 @@ fn a_flood_at_a_few_circuits_pays_the_shared_limit_and_spares_the_others() {
 #[test]
 fn what_a_packet_touches_in_a_slot_record_is_its_first_line() {
     use std::mem::{align_of, offset_of, size_of};
-    assert_eq!(align_of::<SlotState>(), 64);
-    let hot_end = offset_of!(SlotState, counters) + 2 * size_of::<u64>();
+    type S = SlotState<TestPacket>;
+    assert_eq!(align_of::<S>(), 64);
+    assert_eq!(offset_of!(S, cake), 0);
+    let hot_end = offset_of!(S, counters) + 2 * size_of::<u64>();
     assert!(hot_end <= 64, "the hot fields end at byte {hot_end}");
-    assert!(offset_of!(SlotState, planned) < offset_of!(SlotState, counters));
+    assert!(offset_of!(S, planned) < offset_of!(S, counters));
     assert_eq!(offset_of!(CircuitCounters, sent_packets), 0);
     assert_eq!(offset_of!(CircuitCounters, sent_bytes), 8);
 }

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use super::{CircuitShaper, CircuitShaperConfig, Sched, DEFAULT_ID, NIL};
+use super::{CircuitShaper, CircuitShaperConfig, Sched, DEFAULT_ID};
 use crate::rate_tree::{
     Demand, LeafMeter, RateTree, SharedTree, TreeError, TreeLeaf, TreeNode, TreeSyncConfig,
 };
@@ -218,14 +218,14 @@ impl<P: Packet> CircuitShaper<P> {
         link.next_sync_ns = now + shared.config().interval_ns / 2;
         // Circuits with an instance join, the instance at the meter's rate.
         let joiners = if link.join_pending {
-            self.insts.len()
+            self.live.len()
         } else {
             0
         };
         let joined = link.join_pending;
         link.join_pending = false;
         for idx in 0..joiners {
-            let owner = self.insts[idx].owner;
+            let owner = self.live[idx];
             let slot = owner.wrapping_sub(1);
             if owner == DEFAULT_ID || slot as usize >= link.meters.len() {
                 continue;
@@ -238,7 +238,11 @@ impl<P: Packet> CircuitShaper<P> {
                 let applied = meter.applied();
                 *entry = Some((meter, sent, dropped));
                 link.members.push(slot);
-                if self.insts[idx].cake.current_rate() != applied {
+                let rate = self.slots[owner as usize]
+                    .cake
+                    .as_deref()
+                    .map(|c| c.current_rate());
+                if rate.is_some_and(|r| r != applied) {
                     self.set_share(owner, applied, now);
                 }
             }
@@ -268,7 +272,7 @@ impl<P: Packet> CircuitShaper<P> {
             *last_sent = state.counters.sent_bytes;
             *last_dropped = state.counters.dropped_bytes;
             let demand = meter.publish(&shared, now, held_back);
-            if demand == Demand::Idle && state.inst == NIL {
+            if demand == Demand::Idle && state.cake.is_none() {
                 link.meters[slot as usize] = None;
                 link.members.swap_remove(i);
             } else {
@@ -293,7 +297,7 @@ impl<P: Packet> CircuitShaper<P> {
                 .as_mut()
                 .expect("members have meters");
             if let Some(share) = meter.take_share(&shared) {
-                if self.slots[slot as usize + 1].inst != NIL {
+                if self.slots[slot as usize + 1].cake.is_some() {
                     self.set_share(slot + 1, share, now);
                 }
             }
@@ -305,8 +309,9 @@ impl<P: Packet> CircuitShaper<P> {
     /// its configured rate, its plan's max: a retune from the configured options to the
     /// same options with that rate would see no change at all).
     fn set_share(&mut self, id: u32, share: Rate, now: u64) {
-        let idx = self.slots[id as usize].inst;
-        let cake = &mut self.insts[idx as usize].cake;
+        let Some(cake) = self.slots[id as usize].cake.as_deref_mut() else {
+            return;
+        };
         cake.set_rate(share);
         let wake = cake.next_wakeup();
         self.reschedule(id, wake, now);

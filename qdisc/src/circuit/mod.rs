@@ -403,7 +403,7 @@ impl<P: Packet> CircuitShaper<P> {
         let s = &mut self.slots[id as usize];
         match s.cake.as_deref().and_then(|c| c.next_wakeup()) {
             Some(t) if t > now => {
-                self.heap.set(id, t);
+                self.heap.insert(id, t);
                 s.sched = Sched::Held;
             }
             _ => {
@@ -750,7 +750,7 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
                     } else if let Some(t) = s.cake.as_deref().and_then(|c| c.next_wakeup()) {
                         if t > now {
                             self.ring.pop_front();
-                            self.heap.set(id, t);
+                            self.heap.insert(id, t);
                             s.sched = Sched::Held;
                         }
                     }
@@ -758,7 +758,7 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
                 }
                 Dequeue::NotBefore(t) => {
                     self.ring.pop_front();
-                    self.heap.set(id, t.max(now + 1));
+                    self.heap.insert(id, t.max(now + 1));
                     s.sched = Sched::Held;
                 }
                 Dequeue::Empty => {

@@ -195,6 +195,20 @@ pub trait Qdisc<P: Packet> {
         let _ = metas;
     }
 
+    /// [`Qdisc::prefetch`] while the burst is being classified, called once for each `i`
+    /// in order, after `metas[i]` (and every meta before it) was written: a discipline whose
+    /// prefetch goes in dependent stages can start each packet's first stage at once and
+    /// the later stages a few packets behind, so that each stage's loads have the
+    /// classification of the packets in between to arrive in. By the call for the last
+    /// packet every stage of the burst has been started. The default runs
+    /// [`Qdisc::prefetch`] on the whole burst at the last packet.
+    #[inline]
+    fn prefetch_classified(&self, metas: &[PacketMeta], i: usize) {
+        if i + 1 == metas.len() {
+            self.prefetch(metas);
+        }
+    }
+
     /// Returns the next packet the discipline allows at `now_ns`.
     fn dequeue(&mut self, now_ns: u64) -> Dequeue<P>;
 

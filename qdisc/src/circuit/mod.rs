@@ -45,6 +45,10 @@ use sched::{IdleQueue, ReadyRing, TimerWheel};
 pub type CircuitCake<P> = SubscriberCake<P>;
 
 const NIL: u32 = u32::MAX;
+/// Packets between two stages of the burst's prefetch ([`Qdisc::prefetch_classified`]).
+/// In the circuits row of `scripts/bench-circuits` (bursts of 32, a circuit's packets in
+/// runs of 4), 5 forwarded at least as much as 4, 8 and 12 in alternating pairs.
+const BURST_STAGE_LAG: usize = 5;
 /// The id of the default class.
 const DEFAULT_ID: u32 = 0;
 
@@ -533,6 +537,45 @@ impl<P: Packet> CircuitShaper<P> {
         }
     }
 
+    /// The first stage of the burst's prefetch for `metas[j]`: its circuit's slot record.
+    #[inline]
+    fn prefetch_record(&self, metas: &[PacketMeta], j: usize) {
+        if starts_run(metas, j) {
+            if let Some(s) = metas[j]
+                .circuit
+                .and_then(|c| self.slots.get(c as usize + 1))
+            {
+                prefetch(s);
+            }
+        }
+    }
+
+    /// The second stage for `metas[j]`: its instance's hot lines, found through the slot
+    /// record the first stage loaded.
+    #[inline]
+    fn prefetch_instance(&self, metas: &[PacketMeta], j: usize) {
+        if starts_run(metas, j) {
+            if let Some(c) = self.slots[self.class_of(&metas[j]) as usize]
+                .cake
+                .as_deref()
+            {
+                c.prefetch_header();
+            }
+        }
+    }
+
+    /// The third stage for `metas[j]`: what its enqueue touches beyond the hot lines, the
+    /// packet slot being the one it takes as the nth packet of its circuit's run.
+    #[inline]
+    fn prefetch_packet(&self, metas: &[PacketMeta], j: usize) {
+        let m = &metas[j];
+        if let Some(c) = self.slots[self.class_of(m) as usize].cake.as_deref() {
+            let run = metas[..j].iter().rev();
+            let nth = run.take_while(|p| p.circuit == m.circuit).count();
+            c.prefetch_flow(m, nth as u32);
+        }
+    }
+
     /// Checks the shaper's bookkeeping: the totals match the instances, every instance
     /// with packets is scheduled exactly once, owners and slots agree. For tests and
     /// fuzzing.
@@ -648,43 +691,33 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
         r
     }
 
-    /// Prefetches in stages over the whole burst, as DPDK applications do, each stage
-    /// reading what the one before started loading: every packet's slot record, then its
-    /// instance's hot lines, then its tin, flow and packet slot.
-    /// A circuit's state is cold when its packets come (thousands of circuits share the
-    /// caches), and its enqueue is a chain of dependent loads; staged, the misses of the
-    /// burst's circuits overlap. Consecutive packets of one circuit are prefetched once.
+    /// Every stage of [`Qdisc::prefetch_classified`] for a burst classified already.
     fn prefetch(&self, metas: &[PacketMeta]) {
-        let mut last = None;
-        for m in metas {
-            if m.circuit != last {
-                last = m.circuit;
-                if let Some(s) = m.circuit.and_then(|c| self.slots.get(c as usize + 1)) {
-                    prefetch(s);
-                }
-            }
+        for i in 0..metas.len() {
+            self.prefetch_classified(metas, i);
         }
-        let inst_of = |m: &PacketMeta| self.slots[self.class_of(m) as usize].cake.as_deref();
-        let mut last = None;
-        for m in metas {
-            if m.circuit != last {
-                last = m.circuit;
-                if let Some(c) = inst_of(m) {
-                    c.prefetch_header();
-                }
-            }
+    }
+
+    /// Prefetches in stages over the burst, as DPDK applications do, each stage reading
+    /// what the one before started loading: a packet's slot record as soon as it is
+    /// classified, its instance's hot lines [`BURST_STAGE_LAG`] packets later, its tin,
+    /// flow and packet slot as many again later (the rest at the burst's last packet). A
+    /// circuit's state is cold when its packets come (thousands of circuits share the
+    /// caches), and its enqueue is a chain of dependent loads; staged, the misses of the
+    /// burst's circuits overlap, and each stage's loads have the classification of the
+    /// packets in between to arrive in (with the stages run back to back after the whole
+    /// burst was classified, each stalled on the lines the one before had just asked for).
+    /// Consecutive packets of one circuit load its record and hot lines once.
+    fn prefetch_classified(&self, metas: &[PacketMeta], i: usize) {
+        let [records, instances, packets] = burst_stages(metas.len(), i);
+        for j in records {
+            self.prefetch_record(metas, j);
         }
-        // Each packet's place in a run of its circuit's packets: the slot it will take.
-        let (mut last, mut nth) = (None, 0);
-        for m in metas {
-            if m.circuit == last {
-                nth += 1;
-            } else {
-                (last, nth) = (m.circuit, 0);
-            }
-            if let Some(c) = inst_of(m) {
-                c.prefetch_flow(m, nth);
-            }
+        for j in instances {
+            self.prefetch_instance(metas, j);
+        }
+        for j in packets {
+            self.prefetch_packet(metas, j);
         }
     }
 
@@ -854,6 +887,30 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
         }
         self.heap.peek().map(|(t, _)| t.max(gate))
     }
+}
+
+/// The packets of a burst of `len` whose prefetch stages (slot record, instance, packet)
+/// start at the call for packet `i`: its own first stage, the second of the packet
+/// [`BURST_STAGE_LAG`] before it and the third of the one twice that before it; at the last
+/// packet, every stage not started yet.
+fn burst_stages(len: usize, i: usize) -> [std::ops::Range<usize>; 3] {
+    const LAG: usize = BURST_STAGE_LAG;
+    let behind = |lag: usize| {
+        if i + 1 == len {
+            i.saturating_sub(lag)..i + 1
+        } else if i >= lag {
+            i - lag..i - lag + 1
+        } else {
+            0..0
+        }
+    };
+    [i..i + 1, behind(LAG), behind(2 * LAG)]
+}
+
+/// Whether `metas[j]` starts a run of one circuit's packets in its burst.
+#[inline(always)]
+fn starts_run(metas: &[PacketMeta], j: usize) -> bool {
+    j == 0 || metas[j].circuit != metas[j - 1].circuit
 }
 
 /// `id`'s instance, which it has: [`CircuitShaper::ensure_instance`] made it, or the id

@@ -411,7 +411,10 @@ impl TimerWheel {
     #[inline(always)]
     fn set_head(&self, slot: usize, id: u32) {
         let b = &self.buckets[slot];
-        b.set(Bucket { head: id, ..b.get() });
+        b.set(Bucket {
+            head: id,
+            ..b.get()
+        });
     }
 
     /// Bucket `slot`'s cached earliest entry (or [`EMPTY_MIN`], [`STALE_MIN`]).

@@ -523,3 +523,28 @@ fn what_a_packet_touches_in_a_slot_record_is_its_first_line() {
     assert_eq!(offset_of!(CircuitCounters, sent_packets), 0);
     assert_eq!(offset_of!(CircuitCounters, sent_bytes), 8);
 }
+
+#[test]
+fn a_bursts_prefetch_starts_every_stage_of_every_packet_once_and_in_order() {
+    for len in 1..=64 {
+        // When each packet's stage was started (the call's index), per stage.
+        let mut started = vec![[None; 3]; len];
+        for i in 0..len {
+            for (stage, range) in burst_stages(len, i).into_iter().enumerate() {
+                for j in range {
+                    assert!(j <= i, "len {len}: stage {stage} of {j} before its class");
+                    let at = &mut started[j][stage];
+                    assert!(at.is_none(), "len {len}: stage {stage} of {j} twice");
+                    *at = Some((i, stage));
+                }
+            }
+        }
+        for (j, s) in started.iter().enumerate() {
+            let order: Vec<_> = s.iter().map(|x| x.expect("every stage started")).collect();
+            assert!(
+                order.windows(2).all(|w| w[0] <= w[1]),
+                "len {len}, packet {j}: {order:?}"
+            );
+        }
+    }
+}

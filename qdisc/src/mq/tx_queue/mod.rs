@@ -445,18 +445,13 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             return outcome;
         }
         let lazy = !<Q as crate::Qdisc<P>>::BYPASS_READS_META;
-        if !lazy {
-            for (pkt, meta) in pkts.iter().zip(metas.iter_mut()) {
-                classify(pkt, meta);
-            }
-        }
         let Some(mut guard) = self.runner.try_lock() else {
-            self.classified_to_intake(pkts, metas, lazy, &mut classify, &mut outcome);
+            self.classified_to_intake(pkts, metas, true, &mut classify, &mut outcome);
             return outcome;
         };
         if !self.intake.is_empty() {
             // Other producers' packets wait in the intake: queue behind them, in order.
-            self.classified_to_intake(pkts, metas, lazy, &mut classify, &mut outcome);
+            self.classified_to_intake(pkts, metas, true, &mut classify, &mut outcome);
             if let Err(guard) = guard.try_unlock() {
                 guard.unlock_with_missed();
             }
@@ -465,7 +460,13 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         let pending = guard.with(|r| {
             let now_ns = r.sync.clamp(now_ns);
             if !lazy {
-                r.qdisc.prefetch(metas);
+                // Classified under the lock, so that the discipline's prefetch can start on
+                // each packet as soon as its class is known (a circuit's state is cold: its
+                // first loads get the classification of the packets after it to arrive in).
+                for i in 0..metas.len() {
+                    classify(&pkts[i], &mut metas[i]);
+                    r.qdisc.prefetch_classified(metas, i);
+                }
             }
             let done = if self.bypass
                 && (<Q as crate::Qdisc<P>>::BYPASS_WHILE_BACKLOGGED || r.qdisc.is_empty())

@@ -87,7 +87,6 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         if self.hot.flow_mode != FlowMode::Flowblind {
             let (hash, _) = self.hash_of(meta);
             let fid = t * FLOWS + (hash as usize) % FLOWS;
-            prefetch(&self.tags[fid]);
             prefetch(&self.flows[fid]);
             if Self::COMPACT {
                 // A subscriber's instance is cold: the flow's list links and its hosts'
@@ -260,7 +259,8 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         }
         let (hash, _) = self.hash_of(meta);
         let i = (hash as usize) % FLOWS;
-        if self.tags[base + i] == hash && self.flows[base + i].set != FlowSet::None {
+        let home = &self.flows[base + i];
+        if home.tag == hash && home.set != FlowSet::None {
             self.stats.tins[tin].way_directs += 1;
             return base + i;
         }
@@ -306,6 +306,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             }
         };
         self.tags[fid] = hash;
+        self.flows[fid].tag = hash;
         if allocate {
             if self.dsrc {
                 let h = host_hash(&meta.keys, self.hot.hash_key, false);

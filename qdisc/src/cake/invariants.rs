@@ -59,6 +59,12 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             let mut tin_backlog = 0u64;
             for fid in t * FLOWS..(t + 1) * FLOWS {
                 let f = &self.flows[fid];
+                if f.tag != self.tags[fid] {
+                    return Err(format!(
+                        "flow {fid} tag {} != table {}",
+                        f.tag, self.tags[fid]
+                    ));
+                }
                 let mut s = f.head;
                 let mut fb = 0u64;
                 let mut last = NIL;

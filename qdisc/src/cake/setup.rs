@@ -387,9 +387,10 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                 self.stats.purged_packets += 1;
             }
             self.links[fid] = Link::default();
-            let rec_inv_sqrt = self.flows[fid].cv.rec_inv_sqrt;
+            let (rec_inv_sqrt, tag) = (self.flows[fid].cv.rec_inv_sqrt, self.flows[fid].tag);
             self.flows[fid] = Flow::default();
             self.flows[fid].cv.rec_inv_sqrt = rec_inv_sqrt;
+            self.flows[fid].tag = tag;
         }
         self.src_bulk.tin_mut(t).fill(0);
         self.dst_bulk.tin_mut(t).fill(0);

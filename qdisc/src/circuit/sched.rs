@@ -381,8 +381,9 @@ impl TimerWheel {
             IN_OVERFLOW => self.overflow.remove(id),
             slot => {
                 let slot = slot as usize;
+                let mut bucket = self.buckets[slot].get();
                 if e.prev == NIL {
-                    self.set_head(slot, e.next);
+                    bucket.head = e.next;
                     if e.next == NIL {
                         self.occupied[slot / 64] &= !(1 << (slot % 64));
                     }
@@ -393,11 +394,15 @@ impl TimerWheel {
                     self.entries[e.next as usize].prev = e.prev;
                 }
                 self.in_wheel -= 1;
-                if self.head_of(slot) == NIL {
-                    self.set_min(slot, EMPTY_MIN);
-                } else if self.min_of(slot).1 == id {
-                    self.set_min(slot, STALE_MIN);
+                let min = if bucket.head == NIL {
+                    Some(EMPTY_MIN)
+                } else {
+                    (bucket.min_id == id).then_some(STALE_MIN)
+                };
+                if let Some((at, min_id)) = min {
+                    (bucket.min_at, bucket.min_id) = (at, min_id);
                 }
+                self.buckets[slot].set(bucket);
             }
         }
         self.entries[id as usize] = WheelEntry::default();
@@ -406,15 +411,6 @@ impl TimerWheel {
     #[inline(always)]
     fn head_of(&self, slot: usize) -> u32 {
         self.buckets[slot].get().head
-    }
-
-    #[inline(always)]
-    fn set_head(&self, slot: usize, id: u32) {
-        let b = &self.buckets[slot];
-        b.set(Bucket {
-            head: id,
-            ..b.get()
-        });
     }
 
     /// Bucket `slot`'s cached earliest entry (or [`EMPTY_MIN`], [`STALE_MIN`]).

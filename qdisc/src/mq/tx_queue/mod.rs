@@ -441,17 +441,17 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         if offerer == Offerer::Peer
             && (self.published.qlen.load(Ordering::Relaxed) != 0 || !self.intake.is_empty())
         {
-            self.classified_to_intake(pkts, metas, true, &mut classify, &mut outcome);
+            self.classified_to_intake(pkts, metas, &mut classify, &mut outcome);
             return outcome;
         }
         let lazy = !<Q as crate::Qdisc<P>>::BYPASS_READS_META;
         let Some(mut guard) = self.runner.try_lock() else {
-            self.classified_to_intake(pkts, metas, true, &mut classify, &mut outcome);
+            self.classified_to_intake(pkts, metas, &mut classify, &mut outcome);
             return outcome;
         };
         if !self.intake.is_empty() {
             // Other producers' packets wait in the intake: queue behind them, in order.
-            self.classified_to_intake(pkts, metas, true, &mut classify, &mut outcome);
+            self.classified_to_intake(pkts, metas, &mut classify, &mut outcome);
             if let Err(guard) = guard.try_unlock() {
                 guard.unlock_with_missed();
             }
@@ -544,7 +544,6 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         &self,
         pkts: &mut Vec<P>,
         metas: &mut [PacketMeta],
-        lazy: bool,
         classify: &mut C,
         outcome: &mut BurstOutcome,
     ) where
@@ -563,9 +562,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 drop(pkt);
                 continue;
             }
-            if lazy {
-                classify(&pkt, meta);
-            }
+            classify(&pkt, meta);
             match self.push_intake(pkt, meta) {
                 Intake::Dropped(_, pkt) => {
                     outcome.dropped += 1;

@@ -700,7 +700,7 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
 
     /// Prefetches in stages over the burst, as DPDK applications do, each stage reading
     /// what the one before started loading: a packet's slot record as soon as it is
-    /// classified, its instance's hot lines five packets later, its tin,
+    /// classified, its instance's hot lines `BURST_STAGE_LAG` (five) packets later, its tin,
     /// flow and packet slot as many again later (the rest at the burst's last packet). A
     /// circuit's state is cold when its packets come (thousands of circuits share the
     /// caches), and its enqueue is a chain of dependent loads; staged, the misses of the

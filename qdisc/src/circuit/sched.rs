@@ -394,13 +394,10 @@ impl TimerWheel {
                     self.entries[e.next as usize].prev = e.prev;
                 }
                 self.in_wheel -= 1;
-                let min = if bucket.head == NIL {
-                    Some(EMPTY_MIN)
-                } else {
-                    (bucket.min_id == id).then_some(STALE_MIN)
-                };
-                if let Some((at, min_id)) = min {
-                    (bucket.min_at, bucket.min_id) = (at, min_id);
+                if bucket.head == NIL {
+                    (bucket.min_at, bucket.min_id) = EMPTY_MIN;
+                } else if bucket.min_id == id {
+                    (bucket.min_at, bucket.min_id) = STALE_MIN;
                 }
                 self.buckets[slot].set(bucket);
             }

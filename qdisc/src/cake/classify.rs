@@ -260,8 +260,17 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         let (hash, _) = self.hash_of(meta);
         let i = (hash as usize) % FLOWS;
         let home = &self.flows[base + i];
-        if home.tag == hash && home.set != FlowSet::None {
-            self.stats.tins[tin].way_directs += 1;
+        if home.tag == hash {
+            if home.set != FlowSet::None {
+                self.stats.tins[tin].way_directs += 1;
+                return base + i;
+            }
+            // The home way holds this flow's tag but the flow went idle: the search below
+            // would find it first (its first way is the home way, and `tags` equals the
+            // copy in the record), so take it here without reading the tags' line, which
+            // in a subscriber's cold instance is a miss (flows there go idle between a
+            // circuit's visits, so most of its packets come this way).
+            self.allocate_hosts(base, base + i, meta);
             return base + i;
         }
         let inner = i % SET_WAYS;
@@ -308,24 +317,31 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         self.tags[fid] = hash;
         self.flows[fid].tag = hash;
         if allocate {
-            if self.dsrc {
-                let h = host_hash(&meta.keys, self.hot.hash_key, false);
-                let idx = self.alloc_host(base, h, false);
-                self.flows[fid].srchost = idx as u16;
-                if self.flows[fid].set == FlowSet::Bulk {
-                    self.src_bulk[base + idx] += 1;
-                }
-            }
-            if self.ddst {
-                let h = host_hash(&meta.keys, self.hot.hash_key, true);
-                let idx = self.alloc_host(base, h, true);
-                self.flows[fid].dsthost = idx as u16;
-                if self.flows[fid].set == FlowSet::Bulk {
-                    self.dst_bulk[base + idx] += 1;
-                }
-            }
+            self.allocate_hosts(base, fid, meta);
         }
         fid
+    }
+
+    /// Gives flow `fid` of the tin at `base` its source and destination hosts (those the
+    /// flow mode isolates), as `cake_hash` does for a flow it (re)allocates.
+    #[inline(always)]
+    fn allocate_hosts(&mut self, base: usize, fid: usize, meta: &PacketMeta) {
+        if self.dsrc {
+            let h = host_hash(&meta.keys, self.hot.hash_key, false);
+            let idx = self.alloc_host(base, h, false);
+            self.flows[fid].srchost = idx as u16;
+            if self.flows[fid].set == FlowSet::Bulk {
+                self.src_bulk[base + idx] += 1;
+            }
+        }
+        if self.ddst {
+            let h = host_hash(&meta.keys, self.hot.hash_key, true);
+            let idx = self.alloc_host(base, h, true);
+            self.flows[fid].dsthost = idx as u16;
+            if self.flows[fid].set == FlowSet::Bulk {
+                self.dst_bulk[base + idx] += 1;
+            }
+        }
     }
 
     /// Finds or takes a host entry for `h` in the tin at `base`; returns its index in the

@@ -851,6 +851,63 @@ fn decaying_flows_are_served_and_retired() {
     c.check_invariants().unwrap();
 }
 
+#[test]
+fn a_retired_flow_comes_back_to_its_home_way_with_its_hosts() {
+    let mut c = cake(CakeConfig::default());
+    let m = udp_meta(1, 1, 1, 0);
+    c.enqueue(0, pkt(100, 0, 0), &m);
+    assert!(matches!(c.dequeue(1), Dequeue::Packet(_)));
+    // Another flow's dequeues past the activity timeout retire the first (set None, tag
+    // kept in its home way).
+    let other = udp_meta(2, 2, 2, 0);
+    for (i, t) in [200_000_000u64, 200_000_010].into_iter().enumerate() {
+        c.enqueue(t, pkt(100, 1, i as u64), &other);
+        assert!(matches!(c.dequeue(t + 1), Dequeue::Packet(_)));
+    }
+    let expect = c.classify(&m);
+    let fid = expect.tin * FLOWS_PER_TIN + expect.flow;
+    assert_eq!(c.flows[fid].set, FlowSet::None);
+    assert_eq!(c.flows[fid].tag, expect.flow_hash);
+    // A retired flow's host indices mean nothing (its hosts' entries may have gone to
+    // others since): make them wrong, so that only a reallocation puts them right.
+    let wrong = |h: Option<usize>| ((h.unwrap_or(0) + 1) % FLOWS_PER_TIN) as u16;
+    c.flows[fid].srchost = wrong(expect.src_host);
+    c.flows[fid].dsthost = wrong(expect.dst_host);
+    let ways_before = {
+        let st = &c.stats().tins[expect.tin];
+        (
+            st.way_directs,
+            st.way_misses,
+            st.way_indirect_hits,
+            st.way_collisions,
+        )
+    };
+    // It comes back where the search would put it, with the hosts the search would give it,
+    // and the way counters count nothing (as for a tag found in the home way by the search).
+    c.enqueue(200_000_020, pkt(100, 0, 1), &m);
+    assert_eq!(c.flows[fid].set, FlowSet::Sparse);
+    assert_eq!(
+        expect.src_host.map(|h| h as u16),
+        Some(c.flows[fid].srchost)
+    );
+    assert_eq!(
+        expect.dst_host.map(|h| h as u16),
+        Some(c.flows[fid].dsthost)
+    );
+    let st = &c.stats().tins[expect.tin];
+    assert_eq!(
+        (
+            st.way_directs,
+            st.way_misses,
+            st.way_indirect_hits,
+            st.way_collisions
+        ),
+        ways_before
+    );
+    c.check_invariants().unwrap();
+    assert!(matches!(c.dequeue(200_000_021), Dequeue::Packet(p) if p.flow == 0));
+}
+
 /// The tin DRR loop exactly as Linux runs it, from the start of a round; returns the tin
 /// it stops at.
 fn naive_drr(c: &mut Cake<TestPacket>) -> usize {

@@ -176,7 +176,6 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         st.min_adjlen = lengths.min_adj;
         st.max_adjlen = lengths.max_adj;
         st.avg_netoff_fp = lengths.avg_netoff_fp as u32;
-        st.avg_netoff = st.avg_netoff_fp >> 16;
         st.bypassed_packets += sent;
         for (t, s) in sums.iter().enumerate() {
             if s.packets != 0 {

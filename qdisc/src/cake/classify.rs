@@ -79,8 +79,10 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     #[inline]
     pub(crate) fn prefetch_flow(&self, meta: &PacketMeta, nth: u32) {
         let t = self.select_tin(meta);
+        // Not the tin's lookup counters, a line further: only a packet of an active flow
+        // found in its home way counts there, with a store that nothing waits for, and
+        // every other packet would pay for the line.
         self.prefetch_tin(t);
-        prefetch(&self.stats.tins[t].way_directs);
         if let Some(slot) = self.slots.get(self.nth_free_slot(nth) as usize) {
             prefetch(slot);
         }
@@ -132,15 +134,12 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     }
 
     /// Starts loading tin `t`'s scheduling lines (lists, clock, rate) and the statistics
-    /// every packet of it updates: the first and last field of each part, since a tin is
-    /// not line-aligned (aligned, its index cost the link instance an instruction per use).
+    /// every packet of it updates (one line, see [`crate::cake::TinStats`]).
     #[inline(always)]
     fn prefetch_tin(&self, t: usize) {
         let (tin, st) = (&self.tins[t], &self.stats.tins[t]);
-        prefetch(&tin.lists);
-        prefetch(&tin.rate);
+        prefetch(tin);
         prefetch(&st.sparse_flows);
-        prefetch(&st.base_delay_ns);
     }
 
     /// Starts loading what the next dequeue will read first beyond the hot lines and the

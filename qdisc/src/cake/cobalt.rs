@@ -49,7 +49,8 @@ pub fn control(t: u64, interval_ns: u64, rec_inv_sqrt: u32) -> u64 {
 }
 
 /// Per-tin COBALT parameters (recomputed on reconfigure, left alone by `set_rate` unless
-/// `CakeConfig::round_target`).
+/// `CakeConfig::round_target`). BLUE's steps are the same for every tin (sch_cake.c sets
+/// them once), constants here: 24 bytes, so that a tin's state fits one line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CobaltParams {
     /// CoDel interval (ns).
@@ -58,13 +59,14 @@ pub struct CobaltParams {
     pub target_ns: u64,
     /// Serialization time of one MTU at the tin's rate (ns; 0 when unlimited).
     pub mtu_time_ns: u64,
-    /// BLUE increment (Q0.32; 1/256).
-    pub p_inc: u32,
-    /// BLUE decrement (Q0.32; 1/4096).
-    pub p_dec: u32,
 }
 
 impl CobaltParams {
+    /// BLUE increment (Q0.32; 1/256).
+    pub const P_INC: u32 = 1 << 24;
+    /// BLUE decrement (Q0.32; 1/4096).
+    pub const P_DEC: u32 = 1 << 20;
+
     /// Derives the parameters for a tin whose MTU takes `mtu_time_ns` to send
     /// (sch_cake.c `cake_set_rate`): target = max(1.5 MTU time, configured target),
     /// interval = max(rtt + target − configured target, 2 target).
@@ -76,8 +78,6 @@ impl CobaltParams {
             interval_ns: interval,
             target_ns: target,
             mtu_time_ns,
-            p_inc: 1 << 24,
-            p_dec: 1 << 20,
         }
     }
 }
@@ -198,7 +198,7 @@ impl CobaltVars {
         let mut up = false;
         if now.saturating_sub(self.blue_timer) > p.target_ns {
             up = self.p_drop == 0;
-            self.p_drop = self.p_drop.saturating_add(p.p_inc);
+            self.p_drop = self.p_drop.saturating_add(CobaltParams::P_INC);
             self.blue_timer = now;
         }
         self.dropping = true;
@@ -219,7 +219,7 @@ impl CobaltVars {
         }
         let mut down = false;
         if self.p_drop != 0 && now.saturating_sub(self.blue_timer) > p.target_ns {
-            self.p_drop = self.p_drop.saturating_sub(p.p_dec);
+            self.p_drop = self.p_drop.saturating_sub(CobaltParams::P_DEC);
             self.blue_timer = now;
             down = self.p_drop == 0;
         }

@@ -512,7 +512,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         // shared by all tins sampled only one tin when two alternated.
         let tin = &mut self.tins[t];
         if tin.delay_sample_wait == 0 {
-            tin.delay_sample_wait = DELAY_SAMPLE_EVERY - 1;
+            tin.delay_sample_wait = (DELAY_SAMPLE_EVERY - 1) as u8;
             st.delay_histogram.saturating_record((delay / 1000).max(1));
         } else {
             tin.delay_sample_wait -= 1;
@@ -526,7 +526,6 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         let turn = &mut self.turns[t];
         turn.deficit = turn.deficit.saturating_sub(a);
         self.overflow_timeout = self.overflow_timeout.saturating_sub(1);
-        self.stats.memory_current = self.buffer_used;
         match self.release_slot(s) {
             Some(p) => Dequeue::Packet(p),
             None => Dequeue::Empty,

@@ -196,7 +196,6 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         if self.buffer_used > self.buffer_limit || self.qlen > self.hot.packet_limit {
             self.drop_overflow(now, &mut result);
         }
-        self.stats.memory_current = self.buffer_used;
         result
     }
 

@@ -20,13 +20,13 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         let old_rate = self.rate;
         let mut old_tin_rates = [RateNs::default(); MAX_TINS];
         for (old, tin) in old_tin_rates.iter_mut().zip(&self.tins) {
-            *old = tin.rate;
+            *old = tin.rate();
         }
         let shares = diffserv::tin_shares(self.config.diffserv, rate);
         let mtu = u64::from(self.config.mtu);
         for (t, share) in shares.iter().enumerate().take(self.tin_cnt) {
             let tin = &mut self.tins[t];
-            tin.rate = RateNs::new(share.threshold_bytes_per_sec);
+            tin.set_rate(RateNs::new(share.threshold_bytes_per_sec));
             tin.clock.reset_fraction();
             let st = &mut self.stats.tins[t];
             st.threshold_rate = share.threshold_bytes_per_sec;
@@ -41,7 +41,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                     (share.threshold_bytes_per_sec >> 12).clamp(300, 1514) as u16
                 };
             }
-            let mtu_time = tin.rate.duration_ns(mtu);
+            let mtu_time = tin.rate().duration_ns(mtu);
             tin.cparams =
                 CobaltParams::new(self.config.target_ns, self.config.interval_ns, mtu_time);
             st.target_us = tin.cparams.target_ns / 1000;
@@ -55,7 +55,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             }
         }
         self.rate_bps = rate;
-        self.rate = self.tins[0].rate;
+        self.rate = self.tins[0].rate();
         self.time_next.reset_fraction();
         if !was_unlimited && !self.rate.is_unlimited() {
             // Deliberate deviation from sch_cake, which keeps the next-send times computed
@@ -69,8 +69,8 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             self.time_next.next_ns = rescale_wait(self.time_next.next_ns, now, old_rate, new_rate);
             self.failsafe_next = rescale_wait(self.failsafe_next, now, old_rate, new_rate);
             for (tin, old) in self.tins.iter_mut().zip(old_tin_rates).take(self.tin_cnt) {
-                if !old.is_unlimited() && !tin.rate.is_unlimited() {
-                    tin.clock.next_ns = rescale_wait(tin.clock.next_ns, now, old, tin.rate);
+                if !old.is_unlimited() && !tin.rate().is_unlimited() {
+                    tin.clock.next_ns = rescale_wait(tin.clock.next_ns, now, old, tin.rate());
                 }
             }
         }
@@ -102,7 +102,8 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             return;
         }
         let tin = &mut self.tins[t];
-        let td = tin.clock.duration(tin.rate, len);
+        let rate = tin.rate();
+        let td = tin.clock.duration(rate, len);
         if tin.clock.next_ns < now {
             tin.clock.next_ns = tin.clock.next_ns.saturating_add(td);
         } else if tin.clock.next_ns < now.saturating_add(td) {

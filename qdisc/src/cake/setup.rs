@@ -430,6 +430,13 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         &self.stats
     }
 
+    /// Memory (bytes of [`Packet::footprint`]) the queued packets hold now; the peak is
+    /// [`CakeStats::memory_used`]. Read from the instance's own count: a copy in the
+    /// statistics, written by every enqueue and dequeue, cost a dequeue a line.
+    pub fn memory_current(&self) -> u64 {
+        self.buffer_used
+    }
+
     /// The names of the tins in use, indexed by tin.
     pub fn tin_names(&self) -> &'static [&'static str] {
         self.tin_names

@@ -368,7 +368,7 @@ fn memory_limit_counts_footprints_and_tracks_the_peak() {
     assert_eq!((c.len(), dropped), (10, 10));
     // Linux samples the peak before the overflow drop, so it briefly exceeds the limit.
     assert_eq!(c.stats().memory_used, 11_000, "peak, not current");
-    assert_eq!(c.stats().memory_current, 10_000);
+    assert_eq!(c.memory_current(), 10_000);
     assert_eq!(c.stats().dropped(DropReason::Overflow), 10);
     // The victim flow turned on BLUE.
     assert_eq!(c.stats().tins[0].unresponsive_flows, 1);
@@ -1511,9 +1511,14 @@ fn the_fields_every_packet_reads_fill_the_first_five_lines() {
     // The two fields of the autorate state every enqueue writes end line 4.
     assert_eq!(offset_of!(C, autorate), 320 - 16);
     assert_eq!(offset_of!(Autorate, last_packet_time), 8);
+    // Each tin's state is one line.
+    assert_eq!((align_of::<Tin>(), std::mem::size_of::<Tin>()), (64, 64));
+    assert_eq!(offset_of!(C, tins) % 64, 0);
     // The per-packet scalars of the statistics share one line, and each tin's per-packet
-    // counters come first in 64 bytes.
+    // counters are one line of their own.
     assert_eq!(align_of::<CakeStats>(), 64);
     assert!(offset_of!(CakeStats, avg_netoff_fp) < 64 - 4);
+    assert_eq!(offset_of!(CakeStats, tins), 64);
+    assert_eq!(std::mem::size_of::<TinStats>(), 256);
     assert_eq!(offset_of!(TinStats, base_delay_ns), 64 - 8);
 }

@@ -509,13 +509,16 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         st.sent_packets += 1;
         st.sent_bytes += u64::from(len);
         // Sampled per tin (its first packet, then one in DELAY_SAMPLE_EVERY): one counter
-        // shared by all tins sampled only one tin when two alternated.
-        let tin = &mut self.tins[t];
-        if tin.delay_sample_wait == 0 {
-            tin.delay_sample_wait = (DELAY_SAMPLE_EVERY - 1) as u8;
-            st.delay_histogram.saturating_record((delay / 1000).max(1));
-        } else {
-            tin.delay_sample_wait -= 1;
+        // shared by all tins sampled only one tin when two alternated. Compiled out of a
+        // subscriber's instance, which keeps no histograms.
+        if Self::KEEPS_DELAY_HISTOGRAMS {
+            let tin = &mut self.tins[t];
+            if tin.delay_sample_wait == 0 {
+                tin.delay_sample_wait = (DELAY_SAMPLE_EVERY - 1) as u8;
+                st.delay_histogram.saturating_record((delay / 1000).max(1));
+            } else {
+                tin.delay_sample_wait -= 1;
+            }
         }
         self.advance_shaper(t, adj, now, false);
         let a = adj.min(i32::MAX as u32) as i32;

@@ -147,8 +147,8 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         self.grow_slab_to(slab);
         for t in 0..self.tin_cnt {
             let h = &mut self.stats.tins[t].delay_histogram;
-            if is_unused_histogram(h) {
-                *h = delay_histogram(Self::HISTOGRAM_SIGFIG);
+            if Self::KEEPS_DELAY_HISTOGRAMS && is_unused_histogram(h) {
+                *h = delay_histogram(2);
             }
         }
         if self.cur_tin >= self.tin_cnt {

@@ -74,7 +74,8 @@ pub struct TinStats {
     /// COBALT interval (µs).
     pub interval_us: u64,
     /// Sojourn times in µs: this tin's first delivered packet, then one in
-    /// [`DELAY_SAMPLE_EVERY`].
+    /// [`DELAY_SAMPLE_EVERY`]. Always empty in a subscriber's instance
+    /// ([`crate::cake::SubscriberCake`]), which keeps none.
     pub delay_histogram: Histogram<u64>,
 }
 
@@ -162,8 +163,7 @@ impl TinStats {
 }
 
 /// The delay histogram of a tin in use: 1 µs to [`DELAY_HISTOGRAM_MAX_US`] with
-/// `sigfig` significant decimal digits (2 for the link instance: 20 KiB of counts; 1 for a
-/// subscriber's: 2.9 KiB, values within 1/16).
+/// `sigfig` significant decimal digits (2 for the link instance: 20 KiB of counts).
 pub(crate) fn delay_histogram(sigfig: u8) -> Histogram<u64> {
     Histogram::new_with_bounds(1, DELAY_HISTOGRAM_MAX_US, sigfig)
         .expect("static histogram bounds are valid")

@@ -1305,10 +1305,10 @@ fn a_subscriber_instance_fits_in_64_kib_fresh_and_while_active() {
     assert_eq!(size_of::<Slot<LenPacket>>(), 32);
     let mut c: SubscriberCake<LenPacket> = Cake::new(&CakeConfig::default()).unwrap();
     // Tables: 8 tins × 64 flows × (flow 64 + link 4 + tag 4 + host 8 + bulk counts 2 × 2
-    // + heap 2 × 2) bytes; the slab's first 64 slots; diffserv3's 3 histograms of 1 digit
-    // (368 counts of 8 bytes) and 5 unused ones of 3 counts.
+    // + heap 2 × 2) bytes; the slab's first 64 slots; no delay histograms, only the 8
+    // unused ones of 3 counts.
     let tables = 8 * 64 * (64 + 4 + 4 + 8 + 4 + 4);
-    let hist = 3 * 368 * 8 + 5 * 3 * 8;
+    let hist = 8 * 3 * 8;
     let inline = size_of::<SubscriberCake<LenPacket>>();
     assert_eq!(c.slab_bytes(), 64 * 32);
     assert_eq!(c.memory_bytes(), tables + 64 * 32 + hist);

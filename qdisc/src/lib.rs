@@ -200,13 +200,24 @@ pub trait Qdisc<P: Packet> {
     /// prefetch goes in dependent stages can start each packet's first stage at once and
     /// the later stages a few packets behind, so that each stage's loads have the
     /// classification of the packets in between to arrive in. By the call for the last
-    /// packet every stage of the burst has been started. The default runs
-    /// [`Qdisc::prefetch`] on the whole burst at the last packet.
+    /// packet every stage of the burst has been started, except what the discipline leaves
+    /// to [`Qdisc::prefetch_before_offer`]. The default runs [`Qdisc::prefetch`] on the
+    /// whole burst at the last packet.
     #[inline]
     fn prefetch_classified(&self, metas: &[PacketMeta], i: usize) {
         if i + 1 == metas.len() {
             self.prefetch(metas);
         }
+    }
+
+    /// After [`Qdisc::prefetch_classified`] saw the whole burst, called once for each `i`
+    /// in order just before packet `i` is passed or queued: the last stages of the burst's
+    /// last packets can start here, with the packets offered before them as the time for
+    /// the stages before to arrive in (started at the burst's last packet, they waited on
+    /// lines just asked for). A hint, changes nothing; the default does nothing.
+    #[inline]
+    fn prefetch_before_offer(&self, metas: &[PacketMeta], i: usize) {
+        let _ = (metas, i);
     }
 
     /// Returns the next packet the discipline allows at `now_ns`.

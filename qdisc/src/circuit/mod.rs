@@ -701,7 +701,9 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
     /// Prefetches in stages over the burst, as DPDK applications do, each stage reading
     /// what the one before started loading: a packet's slot record as soon as it is
     /// classified, its instance's hot lines `BURST_STAGE_LAG` (five) packets later, its tin,
-    /// flow and packet slot as many again later (the rest at the burst's last packet). A
+    /// flow and packet slot as many again later (the rest of the second stage at the
+    /// burst's last packet, the rest of the third as the burst is offered,
+    /// [`Qdisc::prefetch_before_offer`]). A
     /// circuit's state is cold when its packets come (thousands of circuits share the
     /// caches), and its enqueue is a chain of dependent loads; staged, the misses of the
     /// burst's circuits overlap, and each stage's loads have the classification of the
@@ -717,6 +719,17 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
             self.prefetch_instance(metas, j);
         }
         for j in packets {
+            self.prefetch_packet(metas, j);
+        }
+    }
+
+    /// The third stages the burst's last packet left (see [`burst_stages`]): the one for
+    /// packet `i + 2 * BURST_STAGE_LAG` before packet `i` is offered, as it would have been
+    /// had the classification gone on; before the first, those of the packets within that
+    /// distance. The lines of the third stage follow from the second's (the instance's
+    /// header), which at the burst's last packet had only just been asked for.
+    fn prefetch_before_offer(&self, metas: &[PacketMeta], i: usize) {
+        for j in deferred_before_offer(metas.len(), i) {
             self.prefetch_packet(metas, j);
         }
     }
@@ -892,19 +905,34 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
 /// The packets of a burst of `len` whose prefetch stages (slot record, instance, packet)
 /// start at the call for packet `i`: its own first stage, the second of the packet
 /// [`BURST_STAGE_LAG`] before it and the third of the one twice that before it; at the last
-/// packet, every stage not started yet.
+/// packet, every second stage not started yet. The third stages not started by then
+/// ([`burst_deferred`]) start as the burst is offered.
 fn burst_stages(len: usize, i: usize) -> [std::ops::Range<usize>; 3] {
     const LAG: usize = BURST_STAGE_LAG;
-    let behind = |lag: usize| {
-        if i + 1 == len {
-            i.saturating_sub(lag)..i + 1
-        } else if i >= lag {
-            i - lag..i - lag + 1
-        } else {
-            0..0
-        }
+    let behind = |lag: usize| if i >= lag { i - lag..i - lag + 1 } else { 0..0 };
+    let second = if i + 1 == len {
+        i.saturating_sub(LAG)..i + 1
+    } else {
+        behind(LAG)
     };
-    [i..i + 1, behind(LAG), behind(2 * LAG)]
+    [i..i + 1, second, behind(2 * LAG)]
+}
+
+/// The packets of a burst of `len` whose third prefetch stage [`burst_stages`] leaves to
+/// [`Qdisc::prefetch_before_offer`]: those less than twice [`BURST_STAGE_LAG`] before the
+/// end.
+fn burst_deferred(len: usize) -> std::ops::Range<usize> {
+    len.saturating_sub(2 * BURST_STAGE_LAG)..len
+}
+
+/// The deferred third stages ([`burst_deferred`]) to start before packet `i` of a burst of
+/// `len` is offered: packet `i + 2 * BURST_STAGE_LAG`'s, and before the first packet those
+/// of every deferred packet within that distance.
+fn deferred_before_offer(len: usize, i: usize) -> std::ops::Range<usize> {
+    let deferred = burst_deferred(len);
+    let upto = i + 2 * BURST_STAGE_LAG;
+    let from = if i == 0 { deferred.start } else { upto };
+    from.max(deferred.start)..(upto + 1).min(deferred.end)
 }
 
 /// Whether `metas[j]` starts a run of one circuit's packets in its burst.

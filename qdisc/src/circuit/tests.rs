@@ -527,16 +527,29 @@ fn what_a_packet_touches_in_a_slot_record_is_its_first_line() {
 #[test]
 fn a_bursts_prefetch_starts_every_stage_of_every_packet_once_and_in_order() {
     for len in 1..=64 {
-        // When each packet's stage was started (the call's index), per stage.
+        // When each packet's stage was started, per stage: (step, stage), the steps being
+        // the classification of packets 0..len, then the offers of packets 0..len.
         let mut started = vec![[None; 3]; len];
+        let mut start = |j: usize, stage: usize, step: usize| {
+            let at = &mut started[j][stage];
+            assert!(at.is_none(), "len {len}: stage {stage} of {j} twice");
+            *at = Some((step, stage));
+        };
         for i in 0..len {
             for (stage, range) in burst_stages(len, i).into_iter().enumerate() {
                 for j in range {
                     assert!(j <= i, "len {len}: stage {stage} of {j} before its class");
-                    let at = &mut started[j][stage];
-                    assert!(at.is_none(), "len {len}: stage {stage} of {j} twice");
-                    *at = Some((i, stage));
+                    start(j, stage, i);
                 }
+            }
+        }
+        for i in 0..len {
+            for j in deferred_before_offer(len, i) {
+                assert!(
+                    j >= i,
+                    "len {len}: packet {j}'s third stage after its offer"
+                );
+                start(j, 2, len + i);
             }
         }
         for (j, s) in started.iter().enumerate() {
@@ -547,4 +560,8 @@ fn a_bursts_prefetch_starts_every_stage_of_every_packet_once_and_in_order() {
             );
         }
     }
+    // A burst of 32: the last ten packets' third stages start ten offers ahead of them.
+    assert_eq!(burst_deferred(32), 22..32);
+    assert_eq!(deferred_before_offer(32, 12), 22..23);
+    assert!(deferred_before_offer(32, 0).is_empty());
 }

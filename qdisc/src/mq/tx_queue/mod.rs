@@ -468,6 +468,13 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                     r.qdisc.prefetch_classified(metas, i);
                 }
             }
+            // The offers hinted so far (`Qdisc::prefetch_before_offer`): each packet's hint
+            // comes before it is passed or queued, those passed at once by a bypass right
+            // after it.
+            let mut hinted = 0;
+            if !lazy {
+                hint_offers(&r.qdisc, metas, &mut hinted, 1);
+            }
             let done = if self.bypass
                 && (<Q as crate::Qdisc<P>>::BYPASS_WHILE_BACKLOGGED || r.qdisc.is_empty())
             {
@@ -479,14 +486,19 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             if first > 0 {
                 r.qdisc.rewrite_passed(&mut pkts[..first], &metas[..first]);
             }
+            if !lazy {
+                hint_offers(&r.qdisc, metas, &mut hinted, first + 1);
+            }
             let (mut passed, mut passed_bytes, mut queued_bytes) = (first, done.bytes, 0u64);
             if first == pkts.len() || !(self.bypass && Q::BYPASS_WHILE_BACKLOGGED) {
-                for (pkt, meta) in pkts.drain(first..).zip(metas[first..].iter_mut()) {
+                for (i, pkt) in (first..).zip(pkts.drain(first..)) {
                     if lazy {
-                        classify(&pkt, meta);
+                        classify(&pkt, &mut metas[i]);
+                    } else {
+                        hint_offers(&r.qdisc, metas, &mut hinted, i + 1);
                     }
                     queued_bytes += pkt.len() as u64;
-                    r.enqueue_one(now_ns, pkt, meta);
+                    r.enqueue_one(now_ns, pkt, &metas[i]);
                 }
                 if out.is_empty() {
                     std::mem::swap(pkts, out);
@@ -508,8 +520,14 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                     queued_bytes += pkt.len() as u64;
                     r.enqueue_one(now_ns, pkt, &metas[i]);
                     i += 1;
+                    if !lazy {
+                        hint_offers(&r.qdisc, metas, &mut hinted, i + 1);
+                    }
                     let more = r.qdisc.bypass_burst(now_ns, rest.as_slice(), &metas[i..]);
                     let k = more.packets.min(rest.as_slice().len());
+                    if !lazy {
+                        hint_offers(&r.qdisc, metas, &mut hinted, i + k + 1);
+                    }
                     if k > 0 {
                         let at = out.len();
                         out.extend(rest.by_ref().take(k));
@@ -826,3 +844,18 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
 
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+/// Gives [`crate::Qdisc::prefetch_before_offer`] for the offers `*hinted..end` of a burst
+/// whose classification the discipline's prefetch has seen.
+#[inline(always)]
+fn hint_offers<P: crate::Packet, Q: crate::Qdisc<P>>(
+    qdisc: &Q,
+    metas: &[PacketMeta],
+    hinted: &mut usize,
+    end: usize,
+) {
+    while *hinted < end.min(metas.len()) {
+        qdisc.prefetch_before_offer(metas, *hinted);
+        *hinted += 1;
+    }
+}

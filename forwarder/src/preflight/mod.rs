@@ -237,6 +237,7 @@ pub fn run(opts: &Options) -> Report {
         );
     }
     check_cores(root, &opts.cores, &mut r);
+    check_thp(root, &mut r);
     match &opts.config {
         None => r.push("config", Status::Skip, "no configuration given", None),
         Some(Ok(())) => r.push("config", Status::Ok, "configuration is valid", None),
@@ -331,6 +332,49 @@ fn parse_interrupts(text: &str) -> Vec<(String, Vec<u64>, String)> {
             Some((irq.to_owned(), counts, name))
         })
         .collect()
+}
+
+/// Transparent huge pages: the binary's allocator (mimalloc) advises its large regions for
+/// them, and the circuits' CAKE instances, visited in no order a cache follows, live there;
+/// in 4 KiB pages each visit pays page walks too (docs/circuits.md, "Sizing").
+fn check_thp(root: &Path, r: &mut Report) {
+    const NAME: &str = "huge pages (heap)";
+    let Some(text) = read(root, "sys/kernel/mm/transparent_hugepage/enabled") else {
+        r.push(
+            NAME,
+            Status::Skip,
+            "this kernel has no transparent huge pages: the heap stays in 4 KiB pages",
+            None,
+        );
+        return;
+    };
+    let mode = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+        .unwrap_or("unknown");
+    if matches!(mode, "always" | "madvise") {
+        r.push(
+            NAME,
+            Status::Ok,
+            format!("transparent huge pages '{mode}': the heap's large regions get 2 MiB pages"),
+            None,
+        );
+    } else {
+        r.push(
+            NAME,
+            Status::Warn,
+            format!(
+                "transparent huge pages '{mode}': the heap, where the circuits' CAKE instances \
+                 live, stays in 4 KiB pages (10 000 circuits forwarded 1.19 times as much \
+                 with huge pages on a Xeon VM)"
+            ),
+            Some(
+                "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled as root, and \
+                 transparent_hugepage=madvise on the kernel command line to keep it"
+                    .into(),
+            ),
+        );
+    }
 }
 
 fn check_cores(root: &Path, cores: &[usize], r: &mut Report) {

@@ -443,3 +443,30 @@ fn hugepages_are_read_per_node_else_from_the_global_pools() {
         "{d}"
     );
 }
+
+#[test]
+fn transparent_huge_pages_off_warns_and_names_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let thp = dir.path().join("sys/kernel/mm/transparent_hugepage");
+    let run_with = |mode: Option<&str>| {
+        if let Some(mode) = mode {
+            std::fs::create_dir_all(&thp).unwrap();
+            std::fs::write(thp.join("enabled"), format!("{mode}\n")).unwrap();
+        }
+        let o = Options {
+            root: dir.path().to_path_buf(),
+            dpdk: false,
+            ..Options::default()
+        };
+        run(&o).get("huge pages (heap)").unwrap().clone()
+    };
+    assert_eq!(run_with(None).status, Status::Skip);
+    let ok = run_with(Some("always [madvise] never"));
+    assert_eq!(ok.status, Status::Ok, "{}", ok.detail);
+    assert!(ok.detail.contains("'madvise'"), "{}", ok.detail);
+    assert_eq!(run_with(Some("[always] madvise never")).status, Status::Ok);
+    let off = run_with(Some("always madvise [never]"));
+    assert_eq!(off.status, Status::Warn, "{}", off.detail);
+    assert!(off.detail.contains("'never'"), "{}", off.detail);
+    assert!(off.fix.unwrap().contains("transparent_hugepage/enabled"));
+}

@@ -723,7 +723,7 @@ impl<P: Packet> Qdisc<P> for CircuitShaper<P> {
         }
     }
 
-    /// The third stages the burst's last packet left (see [`burst_stages`]): the one for
+    /// The third stages the burst's last packet left (see `burst_stages`): the one for
     /// packet `i + 2 * BURST_STAGE_LAG` before packet `i` is offered, as it would have been
     /// had the classification gone on; before the first, those of the packets within that
     /// distance. The lines of the third stage follow from the second's (the instance's

@@ -842,9 +842,6 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
-mod tests;
-
 /// Gives [`crate::Qdisc::prefetch_before_offer`] for the offers `*hinted..end` of a burst
 /// whose classification the discipline's prefetch has seen.
 #[inline(always)]
@@ -859,3 +856,6 @@ fn hint_offers<P: crate::Packet, Q: crate::Qdisc<P>>(
         *hinted += 1;
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests;

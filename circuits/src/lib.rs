@@ -30,7 +30,7 @@ pub mod summary;
 pub mod validate;
 
 pub use lpm::Lpm;
-pub use model::{Circuit, CircuitSet, Device, Node, Origin, Plan, Sqm, SqmChoice};
+pub use model::{Circuit, CircuitSet, Device, Names, Node, Origin, Plan, Sqm, SqmChoice};
 pub use prefix::{Family, Prefix};
 pub use problem::{Problem, Refused, Severity};
 

@@ -3,6 +3,7 @@
 //! points) they hang under. Everything remembers the file and line it came from, so that
 //! [`crate::validate`] can name them. Plain data, no I/O.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -197,13 +198,61 @@ pub struct CircuitSet {
     pub nodes: Vec<Node>,
 }
 
-impl CircuitSet {
+/// The circuits' IDs and the nodes' names with their indexes, for code that looks up many:
+/// built in one pass, where [`CircuitSet::circuit_by_id`] and [`CircuitSet::node_by_name`]
+/// scan (through them, reading a ShapedDevices.csv of 100 000 circuits took 8 s, of
+/// 200 000 34 s). A repeated name keeps its first index, as those methods answer.
+#[derive(Debug, Clone, Default)]
+pub struct Names {
+    circuits: HashMap<String, usize>,
+    nodes: HashMap<String, usize>,
+}
+
+impl Names {
+    /// The names of everything in `set`.
+    pub fn of(set: &CircuitSet) -> Names {
+        let mut names = Names::default();
+        for (i, c) in set.circuits.iter().enumerate() {
+            names.add_circuit(&c.id, i);
+        }
+        for (i, n) in set.nodes.iter().enumerate() {
+            names.add_node(&n.name, i);
+        }
+        names
+    }
+
     /// Index of the circuit with this ID.
+    pub fn circuit(&self, id: &str) -> Option<usize> {
+        self.circuits.get(id).copied()
+    }
+
+    /// Index of the node with this name.
+    pub fn node(&self, name: &str) -> Option<usize> {
+        self.nodes.get(name).copied()
+    }
+
+    /// Records circuit `index` under `id`, unless an earlier circuit has that ID.
+    pub fn add_circuit(&mut self, id: &str, index: usize) {
+        if !self.circuits.contains_key(id) {
+            self.circuits.insert(id.to_string(), index);
+        }
+    }
+
+    /// Records node `index` under `name`, unless an earlier node has that name.
+    pub fn add_node(&mut self, name: &str, index: usize) {
+        if !self.nodes.contains_key(name) {
+            self.nodes.insert(name.to_string(), index);
+        }
+    }
+}
+
+impl CircuitSet {
+    /// Index of the circuit with this ID (a scan: [`Names`] for many lookups).
     pub fn circuit_by_id(&self, id: &str) -> Option<usize> {
         self.circuits.iter().position(|c| c.id == id)
     }
 
-    /// Index of the node with this name.
+    /// Index of the node with this name (a scan: [`Names`] for many lookups).
     pub fn node_by_name(&self, name: &str) -> Option<usize> {
         self.nodes.iter().position(|n| n.name == name)
     }
@@ -295,6 +344,48 @@ mod tests {
             SqmChoice::Cake("diffserv8".into())
         );
         assert!(Sqm::parse("htb").unwrap_err().contains("not understood"));
+    }
+
+    #[test]
+    fn names_answer_as_the_scans_do() {
+        let mut text = String::new();
+        for n in 0..50 {
+            let parent = if n > 0 {
+                format!("parent = \"n{}\"\n", n / 2)
+            } else {
+                String::new()
+            };
+            text += &format!("[[node]]\nname = \"n{n}\"\n{parent}");
+        }
+        for c in 0..300 {
+            text += &format!(
+                "[[circuit]]\nid = \"c{c}\"\ndownload_mbps = 10\nupload_mbps = 2\n\
+                 parent = \"n{}\"\naddresses = [\"10.0.{}.{}\"]\n",
+                c % 50,
+                c / 256,
+                c % 256
+            );
+        }
+        let mut problems = Vec::new();
+        let set = crate::native::import("t.toml", &text, &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        let names = Names::of(&set);
+        for probe in (0..320)
+            .map(|c| format!("c{c}"))
+            .chain(["".into(), "n1".into()])
+        {
+            assert_eq!(names.circuit(&probe), set.circuit_by_id(&probe), "{probe}");
+        }
+        for probe in (0..60).map(|n| format!("n{n}")).chain(["c1".into()]) {
+            assert_eq!(names.node(&probe), set.node_by_name(&probe), "{probe}");
+        }
+        // A repeated name keeps its first index.
+        let mut names = Names::default();
+        names.add_circuit("x", 3);
+        names.add_circuit("x", 7);
+        names.add_node("y", 1);
+        names.add_node("y", 0);
+        assert_eq!((names.circuit("x"), names.node("y")), (Some(3), Some(1)));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::model::{parse_mac, Circuit, CircuitSet, Device, Node, Origin, Plan, Sqm};
+use crate::model::{parse_mac, Circuit, CircuitSet, Device, Names, Node, Origin, Plan, Sqm};
 use crate::problem::Problem;
 
 #[derive(Debug, Deserialize)]
@@ -79,6 +79,7 @@ fn bps(mbps: f64, what: &str) -> Result<u64, String> {
 pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet {
     let name: Arc<str> = Arc::from(file);
     let mut set = CircuitSet::default();
+    let mut names = Names::default();
     let parsed: File = match toml::from_str(text) {
         Ok(f) => f,
         Err(e) => {
@@ -95,7 +96,7 @@ pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet
         let n = entry.into_inner();
         let parent = match n.parent.as_deref() {
             None => None,
-            Some(p) => match set.node_by_name(p) {
+            Some(p) => match names.node(p) {
                 Some(i) => Some(i),
                 None => {
                     problems.push(Problem::error(
@@ -120,6 +121,7 @@ pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet
         };
         let download_bps = cap(n.download_mbps, "download_mbps", problems);
         let upload_bps = cap(n.upload_mbps, "upload_mbps", problems);
+        names.add_node(&n.name, set.nodes.len());
         set.nodes.push(Node {
             name: n.name,
             download_bps,
@@ -132,7 +134,7 @@ pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet
     for entry in parsed.circuit {
         let origin = Origin::new(&name, line_at(text, entry.span().start));
         let c = entry.into_inner();
-        match circuit(&mut set, &origin, c) {
+        match circuit(&mut set, &mut names, &origin, c) {
             Ok(()) => {}
             Err(e) => problems.push(Problem::error(&origin, e)),
         }
@@ -140,7 +142,12 @@ pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet
     set
 }
 
-fn circuit(set: &mut CircuitSet, origin: &Origin, c: CircuitEntry) -> Result<(), String> {
+fn circuit(
+    set: &mut CircuitSet,
+    names: &mut Names,
+    origin: &Origin,
+    c: CircuitEntry,
+) -> Result<(), String> {
     let min = |v: Option<f64>, what: &str| v.map(|m| bps(m, what)).transpose();
     let download = Plan {
         max_bps: bps(c.download_mbps, "download_mbps")?,
@@ -156,10 +163,11 @@ fn circuit(set: &mut CircuitSet, origin: &Origin, c: CircuitEntry) -> Result<(),
     for a in &c.addresses {
         prefixes.push(a.parse().map_err(|e| format!("addresses: {e}"))?);
     }
-    if set.circuit_by_id(&c.id).is_some() {
+    if names.circuit(&c.id).is_some() {
         return Err(format!("circuit `{}` is defined twice", c.id));
     }
     let index = set.circuits.len();
+    names.add_circuit(&c.id, index);
     set.circuits.push(Circuit {
         name: c.name.unwrap_or_else(|| c.id.clone()),
         id: c.id.clone(),

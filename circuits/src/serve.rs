@@ -5,7 +5,7 @@
 //! Pure selection over a loaded [`CircuitSet`]; the forwarder applies it after
 //! [`crate::load`], `check-circuits --serve-node` shows its result.
 
-use crate::model::{Circuit, CircuitSet, Device, Node};
+use crate::model::{Circuit, CircuitSet, Device, Names, Node};
 
 /// The name that selects the circuits with no parent node (they hang at the root).
 pub const ROOT: &str = "(root)";
@@ -44,6 +44,7 @@ pub fn serve_nodes<S: AsRef<str>>(
         return Ok(set.clone());
     }
     let n = set.nodes.len();
+    let lookup = Names::of(set);
     let mut named = vec![false; n];
     let mut root = false;
     for name in names {
@@ -52,7 +53,7 @@ pub fn serve_nodes<S: AsRef<str>>(
             root = true;
             continue;
         }
-        match set.node_by_name(name) {
+        match lookup.node(name) {
             Some(i) => named[i] = true,
             None => {
                 return Err(UnknownNode {
@@ -90,7 +91,7 @@ pub fn serve_nodes<S: AsRef<str>>(
     }
     let carried = |c: &Circuit| match &c.parent {
         None => root,
-        Some(p) => set.node_by_name(p).is_some_and(|i| served[i]),
+        Some(p) => lookup.node(p).is_some_and(|i| served[i]),
     };
     let mut circuits: Vec<Circuit> = Vec::new();
     let mut devices: Vec<Device> = Vec::new();

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::model::{mbps_to_bps, parse_mac, Circuit, CircuitSet, Device, Origin, Plan, Sqm};
+use crate::model::{mbps_to_bps, parse_mac, Circuit, CircuitSet, Device, Names, Origin, Plan, Sqm};
 use crate::prefix::Prefix;
 use crate::problem::Problem;
 
@@ -54,6 +54,7 @@ const COLUMNS: [(Column, &str, bool); 14] = [
 pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet {
     let file: Arc<str> = Arc::from(file);
     let mut set = CircuitSet::default();
+    let mut names = Names::default();
     let mut reader = csv::ReaderBuilder::new()
         .comment(Some(b'#'))
         .flexible(true)
@@ -128,7 +129,7 @@ pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet
                 .and_then(|i| record.get(i))
                 .unwrap_or("")
         };
-        if let Err(message) = row(&mut set, &origin, &cell) {
+        if let Err(message) = row(&mut set, &mut names, &origin, &cell) {
             problems.push(Problem::error(&origin, message));
         }
     }
@@ -163,6 +164,7 @@ pub(crate) fn addresses(text: &str, column: &str) -> Result<Vec<Prefix>, String>
 
 fn row<'r>(
     set: &mut CircuitSet,
+    names: &mut Names,
     origin: &Origin,
     cell: &dyn Fn(Column) -> &'r str,
 ) -> Result<(), String> {
@@ -193,7 +195,7 @@ fn row<'r>(
         "" => None,
         m => Some(parse_mac(m)?),
     };
-    let circuit = match set.circuit_by_id(id) {
+    let circuit = match names.circuit(id) {
         Some(c) => {
             let have = &set.circuits[c];
             let mut differs = Vec::new();
@@ -227,6 +229,7 @@ fn row<'r>(
                 devices: Vec::new(),
                 origin: origin.clone(),
             });
+            names.add_circuit(id, set.circuits.len() - 1);
             set.circuits.len() - 1
         }
     };

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::model::{show_rate, CircuitSet};
+use crate::model::{show_rate, CircuitSet, Names};
 use crate::prefix::Family;
 
 /// The totals of one node's subtree.
@@ -81,8 +81,9 @@ impl Summary {
             })
             .collect();
         let mut root_circuits = 0;
+        let names = Names::of(set);
         for c in &set.circuits {
-            let mut at = c.parent.as_deref().and_then(|p| set.node_by_name(p));
+            let mut at = c.parent.as_deref().and_then(|p| names.node(p));
             if at.is_none() {
                 root_circuits += 1;
             }

@@ -5,13 +5,14 @@
 
 use std::collections::HashMap;
 
-use crate::model::CircuitSet;
+use crate::model::{CircuitSet, Names};
 use crate::problem::Problem;
 
 /// Every problem of `set`. `have_network` says whether a node tree was loaded: without one,
 /// a circuit's parent cannot be checked and is only a warning.
 pub fn validate(set: &CircuitSet, have_network: bool) -> Vec<Problem> {
     let mut problems = Vec::new();
+    let names = Names::of(set);
     for c in &set.circuits {
         for (dir, plan) in [("download", c.download), ("upload", c.upload)] {
             if plan.max_bps == 0 {
@@ -52,7 +53,7 @@ pub fn validate(set: &CircuitSet, have_network: bool) -> Vec<Problem> {
             ));
         }
         if let Some(parent) = &c.parent {
-            match set.node_by_name(parent) {
+            match names.node(parent) {
                 Some(_) => {}
                 None if have_network => problems.push(Problem::error(
                     &c.origin,

@@ -18,6 +18,38 @@ pub struct Origin {
     pub line: usize,
 }
 
+/// The lines of a text, for the line of each of many byte offsets in O(log lines): counting
+/// the newlines before each offset from the start made reading a file quadratic (5 s for a
+/// network.json of 50 000 nodes).
+#[derive(Debug, Clone)]
+pub(crate) struct Lines {
+    /// The offset of every newline, ascending.
+    newlines: Vec<usize>,
+    len: usize,
+}
+
+impl Lines {
+    pub(crate) fn new(text: &str) -> Lines {
+        Lines {
+            newlines: text
+                .bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i)
+                .collect(),
+            len: text.len(),
+        }
+    }
+
+    /// The 1-based line `offset` is on (0 beyond the text).
+    pub(crate) fn line_of(&self, offset: usize) -> usize {
+        if offset > self.len {
+            return 0;
+        }
+        self.newlines.partition_point(|&n| n < offset) + 1
+    }
+}
+
 impl Origin {
     /// An origin in `file` at `line`.
     pub fn new(file: &Arc<str>, line: usize) -> Origin {
@@ -344,6 +376,18 @@ mod tests {
             SqmChoice::Cake("diffserv8".into())
         );
         assert!(Sqm::parse("htb").unwrap_err().contains("not understood"));
+    }
+
+    #[test]
+    fn lines_count_the_newlines_before_an_offset() {
+        for text in ["", "a", "\n", "ab\ncd\n\nef", "\n\nx\n"] {
+            let lines = Lines::new(text);
+            for offset in 0..=text.len() {
+                let want = text[..offset].matches('\n').count() + 1;
+                assert_eq!(lines.line_of(offset), want, "{text:?} at {offset}");
+            }
+            assert_eq!(lines.line_of(text.len() + 1), 0, "beyond {text:?}");
+        }
     }
 
     #[test]

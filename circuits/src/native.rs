@@ -23,7 +23,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::model::{parse_mac, Circuit, CircuitSet, Device, Names, Node, Origin, Plan, Sqm};
+use crate::model::{parse_mac, Circuit, CircuitSet, Device, Lines, Names, Node, Origin, Plan, Sqm};
 use crate::problem::Problem;
 
 #[derive(Debug, Deserialize)]
@@ -62,11 +62,6 @@ struct CircuitEntry {
     addresses: Vec<String>,
 }
 
-fn line_at(text: &str, offset: usize) -> usize {
-    text.get(..offset)
-        .map_or(0, |t| t.matches('\n').count() + 1)
-}
-
 fn bps(mbps: f64, what: &str) -> Result<u64, String> {
     if mbps.is_finite() && (0.0..=1.0e9).contains(&mbps) {
         Ok((mbps * 1.0e6).round() as u64)
@@ -80,10 +75,11 @@ pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet
     let name: Arc<str> = Arc::from(file);
     let mut set = CircuitSet::default();
     let mut names = Names::default();
+    let lines = Lines::new(text);
     let parsed: File = match toml::from_str(text) {
         Ok(f) => f,
         Err(e) => {
-            let line = e.span().map_or(0, |s| line_at(text, s.start));
+            let line = e.span().map_or(0, |s| lines.line_of(s.start));
             problems.push(Problem::error(
                 &Origin::new(&name, line),
                 e.message().to_string(),
@@ -92,7 +88,7 @@ pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet
         }
     };
     for entry in parsed.node {
-        let origin = Origin::new(&name, line_at(text, entry.span().start));
+        let origin = Origin::new(&name, lines.line_of(entry.span().start));
         let n = entry.into_inner();
         let parent = match n.parent.as_deref() {
             None => None,
@@ -132,7 +128,7 @@ pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet
         });
     }
     for entry in parsed.circuit {
-        let origin = Origin::new(&name, line_at(text, entry.span().start));
+        let origin = Origin::new(&name, lines.line_of(entry.span().start));
         let c = entry.into_inner();
         match circuit(&mut set, &mut names, &origin, c) {
             Ok(()) => {}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::model::{CircuitSet, Node, Origin};
+use crate::model::{CircuitSet, Lines, Node, Origin};
 use crate::problem::Problem;
 
 /// Most nesting accepted (LibreQoS trees are a handful of levels; this bounds the recursion).
@@ -39,6 +39,7 @@ pub fn import(file: &str, text: &str, problems: &mut Vec<Problem>) -> CircuitSet
     let mut walk = Walk {
         file,
         text,
+        lines: Lines::new(text),
         search_from: 0,
         set: &mut set,
         problems,
@@ -53,6 +54,7 @@ struct Walk<'a> {
     /// Nodes appear in the text in the order they are walked (the map keeps file order), so
     /// each name is searched for after the previous one.
     search_from: usize,
+    lines: Lines,
     set: &'a mut CircuitSet,
     problems: &'a mut Vec<Problem>,
 }
@@ -68,7 +70,7 @@ impl Walk<'_> {
             if rest[after..].trim_start().starts_with(':') {
                 let abs = self.search_from + at + i;
                 self.search_from = abs + quoted.len();
-                return self.text[..abs].matches('\n').count() + 1;
+                return self.lines.line_of(abs);
             }
             at = after;
         }

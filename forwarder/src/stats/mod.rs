@@ -853,6 +853,27 @@ mod tests {
     }
 
     #[test]
+    fn the_metrics_page_shows_the_latest_report_rendered_once() {
+        let latest = Arc::new(std::sync::Mutex::new(None));
+        let page = prometheus::page_of(Arc::clone(&latest));
+        assert_eq!(page(), "", "no report yet");
+        let first = Arc::new(report(false, 7));
+        *latest.lock().unwrap() = Some(Arc::clone(&first));
+        let text = page();
+        assert_eq!(text, prometheus::render(&first));
+        assert_eq!(page(), text, "a second scrape of the same report");
+        let mut next = report(false, 9);
+        next.elapsed_s += 1.0;
+        *latest.lock().unwrap() = Some(Arc::new(next.clone()));
+        assert_eq!(
+            page(),
+            prometheus::render(&next),
+            "a new report, a new page"
+        );
+        assert_ne!(page(), text);
+    }
+
+    #[test]
     fn each_direction_shows_its_rates_and_its_own_conservation_everywhere() {
         let mut r = report(true, 7);
         r.directions.push(DirectionReport {

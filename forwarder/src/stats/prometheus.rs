@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Report;
@@ -675,11 +675,32 @@ impl Conn {
     }
 }
 
-/// Starts the endpoint on `addr`; it serves `latest` until `stop` is set.
+/// The page for the endpoint: the latest report `latest` holds (empty before the first),
+/// rendered when first asked for and kept until the next report, however many scrapes come.
+pub fn page_of(latest: Arc<std::sync::Mutex<Option<Arc<Report>>>>) -> impl Fn() -> String {
+    let rendered: std::cell::RefCell<Option<(Arc<Report>, String)>> = Default::default();
+    move || {
+        let Some(r) = latest.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return String::new();
+        };
+        let mut cache = rendered.borrow_mut();
+        match &*cache {
+            Some((of, text)) if Arc::ptr_eq(of, &r) => text.clone(),
+            _ => {
+                let text = render(&r);
+                *cache = Some((r, text.clone()));
+                text
+            }
+        }
+    }
+}
+
+/// Starts the endpoint on `addr`; it answers each request with `page()` until `stop` is
+/// set.
 pub fn serve(
     addr: &str,
     allow_public: bool,
-    latest: Arc<Mutex<String>>,
+    page: impl Fn() -> String + Send + 'static,
     stop: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, PrometheusError> {
     let sa: SocketAddr = addr
@@ -693,7 +714,6 @@ pub fn serve(
         source,
     })?;
     let _ = listener.set_nonblocking(true);
-    let page = move || latest.lock().map(|b| b.clone()).unwrap_or_default();
     Ok(std::thread::spawn(move || {
         let mut conns: Vec<Conn> = Vec::new();
         while !stop.load(Ordering::Relaxed) {

@@ -36,6 +36,12 @@ pub enum LoadError {
         /// The file.
         path: String,
     },
+    /// A file changed while it was read: something was still writing it.
+    #[error("circuit file '{path}' changed while it was read (is something still writing it?); nothing loaded: write the new file beside it and rename it over the old one, then reload")]
+    Changed {
+        /// The file.
+        path: String,
+    },
     /// The files have errors: every problem, each with its file and line.
     #[error(transparent)]
     Refused(#[from] circuits::Refused),
@@ -67,17 +73,41 @@ pub fn load(settings: &CircuitsSettings) -> Result<(CircuitSet, Vec<Problem>), L
 }
 
 fn read_limited(path: &Path, name: &str) -> Result<String, LoadError> {
+    read_checked(path, name, || {})
+}
+
+/// [`read_limited`], with `between` run after the read and before the check that the file
+/// did not change meanwhile (tests change it there). A file written in place while a reload
+/// reads it (an integration's export rewriting ShapedDevices.csv) would otherwise load
+/// the rows written so far, and the circuits not yet written would be removed. The open
+/// file's length and modification time are compared before and after the read (a file
+/// renamed over it meanwhile is another file: what was read is whole); a writer that
+/// pauses for the whole read goes unseen, so the docs say to replace the files by a rename.
+fn read_checked(path: &Path, name: &str, between: impl FnOnce()) -> Result<String, LoadError> {
     use std::io::Read;
     let read = |cause| LoadError::Read {
         path: name.to_string(),
         cause,
     };
-    let file = std::fs::File::open(path).map_err(read)?;
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    let stamp = |m: std::fs::Metadata| (m.is_file(), m.len(), m.modified().ok());
+    let before = stamp(file.metadata().map_err(read)?);
     let mut bytes = Vec::new();
     let max = crate::config::limits::MAX_CIRCUIT_FILE_BYTES;
-    file.take(max + 1).read_to_end(&mut bytes).map_err(read)?;
+    (&mut file)
+        .take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read)?;
     if bytes.len() as u64 > max {
         return Err(LoadError::TooLarge {
+            path: name.to_string(),
+        });
+    }
+    between();
+    let after = stamp(file.metadata().map_err(read)?);
+    // Only a regular file has a length to compare (not a pipe or a /proc file).
+    if before.0 && (before != after || bytes.len() as u64 != before.1) {
+        return Err(LoadError::Changed {
             path: name.to_string(),
         });
     }
@@ -90,4 +120,37 @@ fn read_limited(path: &Path, name: &str) -> Result<String, LoadError> {
             ),
         ))
     })
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_file_written_while_it_is_read_is_refused_and_a_renamed_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ShapedDevices.csv");
+        std::fs::write(&path, "Circuit ID\n1\n").unwrap();
+        assert_eq!(read_limited(&path, "s.csv").unwrap(), "Circuit ID\n1\n");
+        // A writer appending rows as the reload reads.
+        let appended = read_checked(&path, "s.csv", || {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
+            f.write_all(b"2\n").unwrap();
+        });
+        let err = appended.unwrap_err();
+        assert!(matches!(err, LoadError::Changed { .. }), "{err}");
+        assert!(
+            err.to_string().contains("rename it over the old one"),
+            "{err}"
+        );
+        // A new file renamed over it: what was read is the old file, whole.
+        let next = dir.path().join("next.csv");
+        std::fs::write(&next, "Circuit ID\n1\n2\n3\n").unwrap();
+        let renamed = read_checked(&path, "s.csv", || std::fs::rename(&next, &path).unwrap());
+        assert_eq!(renamed.unwrap(), "Circuit ID\n1\n2\n");
+    }
 }

@@ -62,7 +62,46 @@ struct State {
 /// make the next interval's rate a multiple of the real one.
 #[derive(Default)]
 struct Sampler {
-    last: HashMap<(usize, u32), Seen>,
+    /// Per direction, by slot (slots are dense: a new circuit takes the lowest free one).
+    last: [Vec<Option<Seen>>; 2],
+}
+
+impl Sampler {
+    /// The last reading of slot `slot` in direction `i`, if it was of circuit `id`.
+    fn seen(&self, i: usize, slot: u32, id: &str) -> Option<&Seen> {
+        self.last[i]
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .filter(|p| p.id == id)
+    }
+
+    /// Records `row` as slot `slot`'s reading in direction `i` at `at_ns`, in place when the
+    /// slot's circuit is the same (each interval reads every circuit: no allocation then).
+    fn record(&mut self, i: usize, slot: u32, id: &str, at_ns: u64, row: &CircuitDirRow) {
+        let v = &mut self.last[i];
+        let at = slot as usize;
+        if v.len() <= at {
+            v.resize_with(at + 1, || None);
+        }
+        let row = CircuitDirRow {
+            tins: Vec::new(),
+            drops_by_reason: BTreeMap::new(),
+            ..row.clone()
+        };
+        match &mut v[at] {
+            Some(seen) if seen.id == id => {
+                seen.at_ns = at_ns;
+                seen.row = row;
+            }
+            other => {
+                *other = Some(Seen {
+                    id: id.to_string(),
+                    at_ns,
+                    row,
+                });
+            }
+        }
+    }
 }
 
 struct Seen {
@@ -512,18 +551,27 @@ impl<P: PortBuf> Runtime<P> {
     /// The report of every circuit and node; `tins` fills each circuit's tins. Rates are
     /// over the time since the previous report that `advance` moved the sampler on. With
     /// `full` false the circuits' backlogs, delays and tins are not read (see
-    /// [`Runtime::read`]).
-    fn report(&self, tins_of: Option<u32>, advance: bool, full: bool) -> CircuitsReport {
+    /// [`Runtime::read`]); with `with_rows` false the report has the totals but no row per
+    /// circuit or node (the sampler still moves on: `ctl circuits` ranks by its rates).
+    fn report(
+        &self,
+        tins_of: Option<u32>,
+        advance: bool,
+        full: bool,
+        with_rows: bool,
+    ) -> CircuitsReport {
         let figures = Direction::BOTH.map(|d| self.read(d, tins_of, full));
         let now = now_ns();
         let state = self.state();
         let mut sampler = self.sampler.lock().unwrap_or_else(|e| e.into_inner());
         let mut rows = Vec::new();
+        let mut circuits = 0;
         for (slot, e) in state.roster.circuits() {
+            circuits += 1;
             let mut dir_row = |d: Direction| {
                 let i = d.index();
                 let plan_bps = e.plan(d).rate.bits_per_sec();
-                let prev = sampler.last.get(&(i, slot)).filter(|p| p.id == e.id);
+                let prev = sampler.seen(i, slot, &e.id);
                 let Some(st) = figures[i].0.get(&slot) else {
                     return CircuitDirRow {
                         plan_bps,
@@ -560,35 +608,30 @@ impl<P: PortBuf> Runtime<P> {
                     tins: st.tins.clone(),
                 };
                 if advance {
-                    sampler.last.insert(
-                        (i, slot),
-                        Seen {
-                            id: e.id.clone(),
-                            at_ns: now,
-                            row: CircuitDirRow {
-                                tins: Vec::new(),
-                                drops_by_reason: BTreeMap::new(),
-                                ..row.clone()
-                            },
-                        },
-                    );
+                    sampler.record(i, slot, &e.id, now, &row);
                 }
                 row
             };
             let download = dir_row(Direction::Download);
             let upload = dir_row(Direction::Upload);
-            rows.push(CircuitRow {
-                id: e.id.clone(),
-                name: e.name.clone(),
-                slot,
-                parent: e.parent.clone(),
-                download,
-                upload,
-            });
+            if with_rows {
+                rows.push(CircuitRow {
+                    id: e.id.clone(),
+                    name: e.name.clone(),
+                    slot,
+                    parent: e.parent.clone(),
+                    download,
+                    upload,
+                });
+            }
         }
-        let nodes = node_rows(&state.roster, &rows);
+        let nodes = if with_rows {
+            node_rows(&state.roster, &rows)
+        } else {
+            Vec::new()
+        };
         CircuitsReport {
-            circuits: rows.len(),
+            circuits,
             active: [figures[0].1, figures[1].1],
             memory_bytes: [figures[0].2, figures[1].2],
             unmatched: state.settings.unmatched.show(),
@@ -614,12 +657,11 @@ impl<P: PortBuf> Runtime<P> {
     /// keeps the totals and the rates `ctl circuits` ranks by, and no instance line of the
     /// thousands of circuits is touched (each is a cache miss the worker pays again).
     pub(super) fn interval_report(&self, metrics: CircuitMetrics) -> CircuitsReport {
-        let mut r = self.report(None, true, metrics != CircuitMetrics::Off);
+        let listed = metrics != CircuitMetrics::Off;
+        let mut r = self.report(None, true, listed, listed);
         match metrics {
-            CircuitMetrics::Off => {
-                r.rows.clear();
-                r.nodes.clear();
-            }
+            // Built without rows.
+            CircuitMetrics::Off => {}
             CircuitMetrics::Top(n) => crate::stats::circuits::top(&mut r.rows, SortBy::Rate, n),
             CircuitMetrics::All => {}
         }
@@ -776,7 +818,7 @@ impl<P: PortBuf> CircuitControl for Runtime<P> {
     }
 
     fn list(&self, top: usize, by: SortBy, json: bool) -> String {
-        let mut r = self.report(None, false, true);
+        let mut r = self.report(None, false, true, true);
         crate::stats::circuits::top(&mut r.rows, by, top);
         if json {
             format!("{}\n", serde_json::to_string(&r).unwrap_or_default())
@@ -787,7 +829,7 @@ impl<P: PortBuf> CircuitControl for Runtime<P> {
 
     fn show(&self, id: &str, json: bool) -> Result<String, String> {
         let slot = self.state().roster.slot_of(id);
-        let r = self.report(slot, false, true);
+        let r = self.report(slot, false, true, true);
         let row = r
             .rows
             .into_iter()
@@ -870,6 +912,35 @@ mod tests {
             download: d,
             upload: CircuitDirRow::default(),
         }
+    }
+
+    #[test]
+    fn the_sampler_keeps_each_slots_last_reading_for_its_own_circuit() {
+        let mut s = Sampler::default();
+        let row = |sent_bytes| CircuitDirRow {
+            sent_bytes,
+            drops_by_reason: BTreeMap::from([("aqm".to_string(), 1)]),
+            ..CircuitDirRow::default()
+        };
+        assert!(s.seen(1, 7, "a").is_none());
+        s.record(1, 7, "a", 10, &row(100));
+        let seen = s.seen(1, 7, "a").unwrap();
+        assert_eq!((seen.at_ns, seen.row.sent_bytes), (10, 100));
+        assert!(seen.row.drops_by_reason.is_empty(), "no breakdowns kept");
+        assert!(s.seen(0, 7, "a").is_none(), "the other direction");
+        assert!(
+            s.seen(1, 7, "b").is_none(),
+            "a slot another circuit took starts over"
+        );
+        s.record(1, 7, "a", 20, &row(300));
+        assert_eq!(s.seen(1, 7, "a").unwrap().row.sent_bytes, 300);
+        s.record(1, 7, "b", 30, &row(5));
+        assert!(s.seen(1, 7, "a").is_none());
+        assert_eq!(s.seen(1, 7, "b").unwrap().at_ns, 30);
+        assert!(
+            s.seen(1, 3, "b").is_none(),
+            "below the highest slot, never read"
+        );
     }
 
     /// The node rows of a report are linear in the node count: a tree four times as large

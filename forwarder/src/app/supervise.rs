@@ -279,8 +279,9 @@ impl Outputs {
     /// reads: the Prometheus text when scraped, the text and JSON for `ctl stats` only for
     /// the final report (`for_control`; while the forwarder runs `ctl stats` builds its
     /// own), the JSON line only for a `--stats-json` file. With every circuit's series
-    /// (`circuit_metrics = "all"`) at 100 000 circuits the three came to 130, 30 and 17 MB
-    /// per interval, and rendering them kept this thread busy.
+    /// (`circuit_metrics = "all"`) at 100 000 circuits under 50 500 nodes the Prometheus
+    /// text is 130 MB, the JSON 58 MB and the text 27 MB per interval, and rendering them
+    /// all kept this thread busy.
     fn publish(
         &mut self,
         r: Report,

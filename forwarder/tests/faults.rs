@@ -611,3 +611,73 @@ fn a_live_diffserv_change_on_a_busy_queue_keeps_what_is_queued() {
         "queued {before} before 'set diffserv besteffort', {after} after"
     );
 }
+
+#[test]
+fn a_stats_file_that_cannot_be_written_is_said_once_and_the_run_goes_on() {
+    let mut c = cakewalk_run();
+    c.args([
+        "--duration",
+        "3s",
+        "--control",
+        "off",
+        "--stats-json",
+        "/dev/full",
+    ])
+    .args(["--set", "stats.interval=\"500ms\""]);
+    let out = wait_bounded(spawn(c), Duration::from_secs(120));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(
+        stderr
+            .matches("writing the stats JSON lines to '/dev/full' failed: No space left on device")
+            .count(),
+        1,
+        "said once, not per interval: {stderr}"
+    );
+    assert!(stdout.contains("stopped: duration reached"), "{stdout}");
+}
+
+/// A stats file on a disk that fills up and frees again: the lines that did not fit are
+/// lost and said so, and the file holds whole JSON lines only.
+#[test]
+fn a_full_disk_costs_stats_lines_but_never_a_broken_one() {
+    let Some(disk) = SmallDisk::mount("64k") else {
+        forwarder::testing::skip("mounting a small tmpfs needs root");
+        return;
+    };
+    let filler = disk.dir.path().join("filler");
+    // Fill all but a few KiB, so that a few of the run's lines fit and then none.
+    let _ = std::fs::write(&filler, vec![0u8; 56 * 1024]);
+    let stats = disk.dir.path().join("stats.jsonl");
+    let mut c = cakewalk_run();
+    c.args([
+        "--duration",
+        "6s",
+        "--control",
+        "off",
+        "--stats-json",
+        &s(&stats),
+    ])
+    .args(["--set", "stats.interval=\"200ms\""]);
+    let child = spawn(c);
+    std::thread::sleep(Duration::from_secs(3));
+    std::fs::remove_file(&filler).unwrap();
+    let out = wait_bounded(child, Duration::from_secs(120));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(
+        stderr.matches("No space left on device").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("works again"), "{stderr}");
+    let written = std::fs::read_to_string(&stats).unwrap();
+    let lines: Vec<&str> = written.lines().collect();
+    for l in &lines {
+        serde_json::from_str::<serde_json::Value>(l)
+            .unwrap_or_else(|e| panic!("a broken line ({e}): {l:.200}"));
+    }
+    assert!(written.ends_with('\n'), "ends with a whole line");
+    let last: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(last["final_report"], true, "the final report made it");
+}

@@ -246,7 +246,52 @@ struct Outputs {
     latest_json: Arc<Mutex<String>>,
     /// The latest report, for the Prometheus endpoint to render when scraped.
     latest_prom: Arc<Mutex<Option<Arc<Report>>>>,
-    json: Option<std::io::BufWriter<std::fs::File>>,
+    json: Option<JsonLines>,
+}
+
+/// The `--stats-json` file: one line per report, each written whole or not at all. A write
+/// that fails (a full disk) is said once on stderr and the run goes on; the partial line is
+/// cut off, so that the file stays lines of JSON, and the next line that fits is written
+/// (and said).
+struct JsonLines {
+    path: PathBuf,
+    file: std::fs::File,
+    /// The length of the whole lines written.
+    good_len: u64,
+    failing: bool,
+}
+
+impl JsonLines {
+    fn write(&mut self, line: &str) {
+        use std::io::{Seek, SeekFrom};
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        match self.file.write_all(&bytes) {
+            Ok(()) => {
+                self.good_len += bytes.len() as u64;
+                if std::mem::take(&mut self.failing) {
+                    crate::log_line!(
+                        "stats: writing the JSON lines to '{}' works again",
+                        self.path.display()
+                    );
+                }
+            }
+            Err(e) => {
+                // Not a regular file (a pipe, /dev/full): nothing to cut.
+                if self.file.set_len(self.good_len).is_ok() {
+                    let _ = self.file.seek(SeekFrom::Start(self.good_len));
+                }
+                if !std::mem::replace(&mut self.failing, true) {
+                    crate::log_line!(
+                        "warning: writing the stats JSON lines to '{}' failed: {e}; the run goes \
+                         on, and each interval's line is lost until one can be written",
+                        self.path.display()
+                    );
+                }
+            }
+        }
+    }
 }
 
 impl Outputs {
@@ -258,9 +303,13 @@ impl Outputs {
             scfg.interval
         );
         let json = match &scfg.json {
-            Some(p) => Some(std::io::BufWriter::new(
-                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-            )),
+            Some(p) => Some(JsonLines {
+                path: p.clone(),
+                file: std::fs::File::create(p)
+                    .with_context(|| format!("creating {}", p.display()))?,
+                good_len: 0,
+                failing: false,
+            }),
             None => None,
         };
         Ok(Outputs {
@@ -293,8 +342,7 @@ impl Outputs {
         if self.json.is_some() || for_control {
             let line = serde_json::to_string(&*r).unwrap_or_default();
             if let Some(j) = self.json.as_mut() {
-                let _ = writeln!(j, "{line}");
-                let _ = j.flush();
+                j.write(&line);
             }
             if for_control {
                 *self.latest_json.lock().unwrap_or_else(|e| e.into_inner()) = format!("{line}\n");

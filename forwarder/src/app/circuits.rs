@@ -555,15 +555,9 @@ impl<P: PortBuf> Runtime<P> {
     /// The report of every circuit and node; `tins` fills each circuit's tins. Rates are
     /// over the time since the previous report that `advance` moved the sampler on. With
     /// `full` false the circuits' backlogs, delays and tins are not read (see
-    /// [`Runtime::read`]); with `with_rows` false the report has the totals but no row per
-    /// circuit or node (the sampler still moves on: `ctl circuits` ranks by its rates).
-    fn report(
-        &self,
-        tins_of: Option<u32>,
-        advance: bool,
-        full: bool,
-        with_rows: bool,
-    ) -> CircuitsReport {
+    /// [`Runtime::read`]) and the report has the totals but no row per circuit or node (the
+    /// sampler still moves on: `ctl circuits` ranks by its rates).
+    fn report(&self, tins_of: Option<u32>, advance: bool, full: bool) -> CircuitsReport {
         let figures = Direction::BOTH.map(|d| self.read(d, tins_of, full));
         let now = now_ns();
         let state = self.state();
@@ -618,7 +612,7 @@ impl<P: PortBuf> Runtime<P> {
             };
             let download = dir_row(Direction::Download);
             let upload = dir_row(Direction::Upload);
-            if with_rows {
+            if full {
                 rows.push(CircuitRow {
                     id: e.id.clone(),
                     name: e.name.clone(),
@@ -629,7 +623,7 @@ impl<P: PortBuf> Runtime<P> {
                 });
             }
         }
-        let nodes = if with_rows {
+        let nodes = if full {
             node_rows(&state.roster, &rows)
         } else {
             Vec::new()
@@ -661,8 +655,7 @@ impl<P: PortBuf> Runtime<P> {
     /// keeps the totals and the rates `ctl circuits` ranks by, and no instance line of the
     /// thousands of circuits is touched (each is a cache miss the worker pays again).
     pub(super) fn interval_report(&self, metrics: CircuitMetrics) -> CircuitsReport {
-        let listed = metrics != CircuitMetrics::Off;
-        let mut r = self.report(None, true, listed, listed);
+        let mut r = self.report(None, true, metrics != CircuitMetrics::Off);
         match metrics {
             // Built without rows.
             CircuitMetrics::Off => {}
@@ -822,7 +815,7 @@ impl<P: PortBuf> CircuitControl for Runtime<P> {
     }
 
     fn list(&self, top: usize, by: SortBy, json: bool) -> String {
-        let mut r = self.report(None, false, true, true);
+        let mut r = self.report(None, false, true);
         crate::stats::circuits::top(&mut r.rows, by, top);
         if json {
             format!("{}\n", serde_json::to_string(&r).unwrap_or_default())
@@ -833,7 +826,7 @@ impl<P: PortBuf> CircuitControl for Runtime<P> {
 
     fn show(&self, id: &str, json: bool) -> Result<String, String> {
         let slot = self.state().roster.slot_of(id);
-        let r = self.report(slot, false, true, true);
+        let r = self.report(slot, false, true);
         let row = r
             .rows
             .into_iter()

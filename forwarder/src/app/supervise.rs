@@ -264,12 +264,15 @@ struct JsonLines {
 impl JsonLines {
     fn write(&mut self, line: &str) {
         use std::io::{Seek, SeekFrom};
-        let mut bytes = Vec::with_capacity(line.len() + 1);
-        bytes.extend_from_slice(line.as_bytes());
-        bytes.push(b'\n');
-        match self.file.write_all(&bytes) {
+        // Written as it is, not copied to add the newline (a line can be tens of MB); a
+        // failure in either write is cut back to the last whole line below.
+        let written = self
+            .file
+            .write_all(line.as_bytes())
+            .and_then(|()| self.file.write_all(b"\n"));
+        match written {
             Ok(()) => {
-                self.good_len += bytes.len() as u64;
+                self.good_len += line.len() as u64 + 1;
                 if std::mem::take(&mut self.failing) {
                     crate::log_line!(
                         "stats: writing the JSON lines to '{}' works again",

@@ -472,9 +472,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             // comes before it is passed or queued, those passed at once by a bypass right
             // after it.
             let mut hinted = 0;
-            if !lazy {
-                hint_offers(&r.qdisc, metas, &mut hinted, 1);
-            }
+            hint_offers(lazy, &r.qdisc, metas, &mut hinted, 1);
             let done = if self.bypass
                 && (<Q as crate::Qdisc<P>>::BYPASS_WHILE_BACKLOGGED || r.qdisc.is_empty())
             {
@@ -486,17 +484,14 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             if first > 0 {
                 r.qdisc.rewrite_passed(&mut pkts[..first], &metas[..first]);
             }
-            if !lazy {
-                hint_offers(&r.qdisc, metas, &mut hinted, first + 1);
-            }
+            hint_offers(lazy, &r.qdisc, metas, &mut hinted, first + 1);
             let (mut passed, mut passed_bytes, mut queued_bytes) = (first, done.bytes, 0u64);
             if first == pkts.len() || !(self.bypass && Q::BYPASS_WHILE_BACKLOGGED) {
                 for (i, pkt) in (first..).zip(pkts.drain(first..)) {
                     if lazy {
                         classify(&pkt, &mut metas[i]);
-                    } else {
-                        hint_offers(&r.qdisc, metas, &mut hinted, i + 1);
                     }
+                    hint_offers(lazy, &r.qdisc, metas, &mut hinted, i + 1);
                     queued_bytes += pkt.len() as u64;
                     r.enqueue_one(now_ns, pkt, &metas[i]);
                 }
@@ -520,14 +515,10 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                     queued_bytes += pkt.len() as u64;
                     r.enqueue_one(now_ns, pkt, &metas[i]);
                     i += 1;
-                    if !lazy {
-                        hint_offers(&r.qdisc, metas, &mut hinted, i + 1);
-                    }
+                    hint_offers(lazy, &r.qdisc, metas, &mut hinted, i + 1);
                     let more = r.qdisc.bypass_burst(now_ns, rest.as_slice(), &metas[i..]);
                     let k = more.packets.min(rest.as_slice().len());
-                    if !lazy {
-                        hint_offers(&r.qdisc, metas, &mut hinted, i + k + 1);
-                    }
+                    hint_offers(lazy, &r.qdisc, metas, &mut hinted, i + k + 1);
                     if k > 0 {
                         let at = out.len();
                         out.extend(rest.by_ref().take(k));
@@ -843,14 +834,19 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
 }
 
 /// Gives [`crate::Qdisc::prefetch_before_offer`] for the offers `*hinted..end` of a burst
-/// whose classification the discipline's prefetch has seen.
+/// whose classification the discipline's prefetch has seen; nothing when the burst is
+/// classified `lazy`ly, one packet at a time as it is offered (no prefetch saw it).
 #[inline(always)]
 fn hint_offers<P: crate::Packet, Q: crate::Qdisc<P>>(
+    lazy: bool,
     qdisc: &Q,
     metas: &[PacketMeta],
     hinted: &mut usize,
     end: usize,
 ) {
+    if lazy {
+        return;
+    }
     while *hinted < end.min(metas.len()) {
         qdisc.prefetch_before_offer(metas, *hinted);
         *hinted += 1;

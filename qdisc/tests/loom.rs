@@ -259,3 +259,37 @@ fn two_queues_syncing_at_once_each_get_between_half_and_all_of_the_rate() {
         }
     });
 }
+
+#[test]
+fn a_read_asked_of_the_runner_is_made_once_or_withdrawn_never_both() {
+    // A reader hands a read to the runner and takes it back if it was not made; the
+    // producer runs the queue once. Whatever the interleaving, the read is made exactly when
+    // it was not withdrawn, at most once, and sees the qdisc alone (loom's cell check).
+    model(|| {
+        let q = queue(false, 4);
+        let wire: Wire = Arc::new(Mutex::new(Vec::new()));
+        let made = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+        let reader = {
+            let q = Arc::clone(&q);
+            let made = Arc::clone(&made);
+            thread::spawn(move || {
+                let ticket = q.request_read(Box::new(move |_f: &mut Fifo<Pkt>| {
+                    made.fetch_add(1, loom::sync::atomic::Ordering::Relaxed);
+                }));
+                q.withdraw_read(ticket)
+            })
+        };
+        let dropped = produce(&q, &wire, 0, 1);
+        let withdrawn = reader.join().unwrap();
+        // A read still waiting here is made by the next run, as a poll-mode runner's would.
+        let mut out = Vec::new();
+        q.run(0, 64, &mut out, |sent| wire.lock().unwrap().append(sent));
+        let made = made.load(loom::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            made,
+            usize::from(!withdrawn),
+            "withdrawn {withdrawn}, made {made}"
+        );
+        check(&q, &wire, 1, 1, dropped);
+    });
+}

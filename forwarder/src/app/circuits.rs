@@ -12,6 +12,7 @@
 //! leaves everything as it was.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
@@ -120,6 +121,12 @@ type Read = (Vec<Option<Figures>>, usize, u64, Option<TreeReport>);
 /// Tries at reading a busy queue (20 us apart) before a report goes without it.
 const READ_TRIES: usize = 1000;
 
+/// How long a read waits for a queue's runner to make it. A worker serves a queue's reads
+/// at its next run, within microseconds while it is busy and within its longest idle sleep
+/// (160 us) otherwise; one that has not come by then is stuck, and the read takes the
+/// runner lock itself.
+const RUNNER_READ_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Slots read per hold of a queue's runner lock (tens of microseconds with cold instances).
 const READ_CHUNK: u32 = 256;
 
@@ -197,6 +204,9 @@ pub(super) struct Runtime<P: PortBuf> {
     /// Per direction, its queues when it has circuits.
     queues: [Option<CircuitQueues<P>>; 2],
     sampler: Mutex<Sampler>,
+    /// Set once the workers have stopped: reads take the queues' runner locks themselves
+    /// instead of asking for a runner that will never come.
+    runners_gone: AtomicBool,
 }
 
 /// Circuits loaded and checked before the queues are built.
@@ -276,6 +286,7 @@ impl Prepared {
             table: Arc::new(Published::new(self.lpm)),
             queues,
             sampler: Mutex::new(Sampler::default()),
+            runners_gone: AtomicBool::new(false),
         }
     }
 }
@@ -457,8 +468,8 @@ impl<P: PortBuf> Runtime<P> {
     /// Every circuit's figures in `dir`, summed over the direction's queues (a circuit's
     /// packets meet one queue, but a reload may have moved nothing, so each is asked), with
     /// the tins of `tins_of` only; plus the instances in use and their memory. Each queue
-    /// is read under its runner lock, taken between runs for a chunk of slots at a time,
-    /// copying a few words per slot.
+    /// is read between its runs, by its runner ([`Runtime::read_between_runs`]), a chunk of
+    /// slots at a time, copying a few words per slot.
     /// Also the direction's tree counters (`None` without a tree).
     /// With `full` false only each slot's counters are read, not its instance (backlog,
     /// delays and tins stay zero): enough for rates.
@@ -471,44 +482,36 @@ impl<P: PortBuf> Runtime<P> {
         };
         let mut unread = false;
         for queue in q.queues() {
-            // A chunk of slots per hold of the runner lock: while a report holds it, the
-            // queue's worker cannot run it and its offers wait in the intake, which a read
-            // of every slot at once (10 000 circuits: milliseconds of cold instance lines)
-            // overflowed at a million packets a second.
+            // A chunk of slots per read: while it is made the queue is not run and its
+            // arrivals wait (in the receive ring, or in the intake when another thread
+            // makes it); a read of every slot at once (10 000 circuits: milliseconds of
+            // cold instance lines) overflowed the intake at a million packets a second.
             let mut start = 0u32;
             let mut last = None;
             loop {
-                let mut got = None;
-                for _ in 0..READ_TRIES {
-                    got = queue.try_with_qdisc(|s| {
-                        let slots = s.config().plans.len() as u32;
-                        let end = start.saturating_add(READ_CHUNK).min(slots);
-                        let part: Vec<(u32, Figures)> = (start..end)
-                            .filter_map(|slot| {
-                                if !full {
-                                    let (c, active) = s.circuit_counters(slot)?;
-                                    return Some((slot, Figures::counters_only(c, active)));
-                                }
-                                let st = s.circuit_stats(slot)?;
-                                Some((slot, Figures::of(&st, tins_of == Some(slot))))
-                            })
-                            .collect();
-                        let totals = (end >= slots).then(|| {
-                            (
-                                s.active_instances(),
-                                s.memory_bytes() as u64,
-                                s.tree_counters(),
-                            )
-                        });
-                        (part, end, totals)
+                let chunk = move |s: &mut CircuitShaper<P>| {
+                    let slots = s.config().plans.len() as u32;
+                    let end = start.saturating_add(READ_CHUNK).min(slots);
+                    let part: Vec<(u32, Figures)> = (start..end)
+                        .filter_map(|slot| {
+                            if !full {
+                                let (c, active) = s.circuit_counters(slot)?;
+                                return Some((slot, Figures::counters_only(c, active)));
+                            }
+                            let st = s.circuit_stats(slot)?;
+                            Some((slot, Figures::of(&st, tins_of == Some(slot))))
+                        })
+                        .collect();
+                    let totals = (end >= slots).then(|| {
+                        (
+                            s.active_instances(),
+                            s.memory_bytes() as u64,
+                            s.tree_counters(),
+                        )
                     });
-                    if got.is_some() {
-                        break;
-                    }
-                    // A sleep, not a yield: on a loaded core a yield comes straight back
-                    // while the worker still holds the queue.
-                    std::thread::sleep(std::time::Duration::from_micros(20));
-                }
+                    (part, end, totals)
+                };
+                let got = self.read_between_runs(queue, chunk);
                 // A queue busy on every try: the whole direction goes without this time (its
                 // rows keep their last figures). A circuit's figures are summed over every
                 // queue, so a sum that missed one queue (the circuit's own, say) would read
@@ -550,6 +553,52 @@ impl<P: PortBuf> Runtime<P> {
             out.clear();
         }
         (out, active, memory, tree)
+    }
+
+    /// Runs `read` on `queue`'s shaper between two of its runs: made by the queue's runner
+    /// (the worker that runs it) when one comes, else under the runner lock from this
+    /// thread, which tries for a while and gives up on a queue busy all that time (`None`).
+    /// A read from this thread holds the queue for as long as this thread is off its core
+    /// should the scheduler preempt it meanwhile (the supervisor and the control socket
+    /// share their core with everything else): flat out at 100 000 circuits, the longest
+    /// of one `ctl circuits`' 256-slot holds was 7.3 ms against 13 us on average, a stall
+    /// of tens of thousands of packets. The worker's own reads are never preempted by
+    /// another of our threads, and cost it what the lock held by a reader cost it anyway.
+    fn read_between_runs<R: Send + 'static>(
+        &self,
+        queue: &qdisc::mq::TxQueue<P, CircuitShaper<P>>,
+        read: impl Fn(&mut CircuitShaper<P>) -> R + Send + Sync + 'static,
+    ) -> Option<R> {
+        let read = Arc::new(read);
+        if !self.runners_gone.load(Ordering::Acquire) {
+            let (answer, answered) = std::sync::mpsc::sync_channel(1);
+            let by_runner = read.clone();
+            let ticket = queue.request_read(Box::new(move |s| {
+                let _ = answer.send(by_runner(s));
+            }));
+            if let Ok(got) = answered.recv_timeout(RUNNER_READ_WAIT) {
+                return Some(got);
+            }
+            if !queue.withdraw_read(ticket) {
+                // The runner took it after all: it is being made.
+                return answered.recv().ok();
+            }
+        }
+        for _ in 0..READ_TRIES {
+            if let Some(got) = queue.try_with_qdisc(|s| read(s)) {
+                return Some(got);
+            }
+            // A sleep, not a yield: on a loaded core a yield comes straight back while the
+            // worker still holds the queue.
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        None
+    }
+
+    /// From now on no worker runs the queues (they have stopped): reads take the runner
+    /// locks themselves.
+    pub(super) fn runners_stopped(&self) {
+        self.runners_gone.store(true, Ordering::Release);
     }
 
     /// The report of every circuit and node; `tins` fills each circuit's tins. Rates are

@@ -124,8 +124,8 @@ where
         )
     }
     #[inline]
-    fn peer_offer_would_drop(&self) -> bool {
-        self.mq.queue(self.i).peer_offer_would_drop()
+    fn offer_would_overflow(&self, burst: usize) -> bool {
+        self.mq.queue(self.i).offer_would_overflow(burst)
     }
     #[inline]
     fn run(

@@ -210,6 +210,9 @@ pub(super) fn supervise<P: PortBuf>(
         },
     );
     let panicked = running.join();
+    if let Some(c) = &circuits {
+        c.runners_stopped();
+    }
     // Let every queue publish its final counters: a burst a worker offered last may have
     // changed them (say, the qdisc dropped part of it) with no run after it. A budget of 0
     // moves and dequeues nothing; what waits in an intake is counted as queued.

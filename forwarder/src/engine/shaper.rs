@@ -87,9 +87,9 @@ pub trait Shaper<P>: Send + Sync {
         offerer: Offerer,
     ) -> BurstOutcome;
 
-    /// Whether [`Shaper::offer_burst`] as a [`Offerer::Peer`] would drop a whole burst now
-    /// (see `TxQueue::peer_offer_would_drop`).
-    fn peer_offer_would_drop(&self) -> bool;
+    /// Whether [`Shaper::offer_burst`] could now drop part of a burst of `burst` packets at
+    /// the intake (see `TxQueue::offer_would_overflow`).
+    fn offer_would_overflow(&self, burst: usize) -> bool;
 
     /// Runs the queue: dequeues up to `budget` packets into `out` and calls `transmit(out)`
     /// while holding the queue (see `TxQueue::run`).
@@ -164,8 +164,8 @@ where
     }
 
     #[inline]
-    fn peer_offer_would_drop(&self) -> bool {
-        TxQueue::peer_offer_would_drop(self)
+    fn offer_would_overflow(&self, burst: usize) -> bool {
+        TxQueue::offer_would_overflow(self, burst)
     }
 
     #[inline]
@@ -246,7 +246,7 @@ impl<P: Packet + Send> Shaper<P> for Passthrough {
         }
     }
 
-    fn peer_offer_would_drop(&self) -> bool {
+    fn offer_would_overflow(&self, _burst: usize) -> bool {
         false
     }
 

@@ -780,3 +780,70 @@ fn engine_table_parses_from_toml_and_rejects_unknown_keys() {
     assert_eq!(c.timing().unwrap().duration_ns, None);
     assert!(toml::from_str::<EngineConfig>("worker = 2").is_err());
 }
+
+#[test]
+fn a_queue_held_by_a_reader_leaves_its_workers_arrivals_in_the_receive_ring() {
+    // A statistics read that holds a queue's runner lock from another thread (preempted
+    // there, say) stops the queue's own worker from running it: its arrivals go to the
+    // intake, which used to fill and drop (intake_full) while the worker kept receiving
+    // flat out. Now the worker leaves them in the receive ring until the intake has room
+    // for a burst again. The reader here holds the queue for 20 ms ten times over.
+    use qdisc::cake::Cake;
+    let cfg = SynthConfig {
+        flows: 64,
+        rate: "unlimited".into(),
+        ..SynthConfig::default()
+    };
+    let plan = SynthPlan::new(&cfg, 0).unwrap();
+    let stats = Arc::new(SynthStats::default());
+    let rx: Vec<Box<dyn PortRx<Buf = PoolBuf>>> = vec![Box::new(SynthRx::new(
+        &plan,
+        Pool::new(4096, 2048),
+        0,
+        1,
+        &stats,
+    ))];
+    let tx = || -> Vec<Box<dyn PortTx<Buf = PoolBuf>>> {
+        vec![Box::new(SynthTx::new(64, stats.clone()))]
+    };
+    let ports = EnginePorts {
+        rx: vec![rx, Vec::new()],
+        tx: vec![tx(), tx()],
+        forward: vec![Some(1), None],
+    };
+    let cake = |rate| {
+        let c = qdisc::cake::CakeConfig {
+            rate,
+            ..qdisc::cake::CakeConfig::default()
+        };
+        Arc::new(qdisc::mq::TxQueue::new(
+            Cake::<PoolBuf>::new(&c).unwrap(),
+            TxQueueOptions::default(),
+        ))
+    };
+    let egress = cake(qdisc::Rate::UNLIMITED);
+    let shapers: Vec<Arc<dyn Shaper<PoolBuf>>> = vec![cake(qdisc::Rate::UNLIMITED), egress.clone()];
+    let ecfg = EngineConfig {
+        pin: false,
+        ..EngineConfig::default()
+    };
+    let running = start(&ecfg, ports, shapers).unwrap();
+    let mut held = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while held < 10 && std::time::Instant::now() < deadline {
+        if egress
+            .try_with_qdisc(|_| std::thread::sleep(Duration::from_millis(20)))
+            .is_some()
+        {
+            held += 1;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    running.stop_now();
+    assert_eq!(running.join(), 0);
+    let _ = egress.run(clock::now_ns(), 0, &mut Vec::new(), |_| {});
+    let st = egress.stats();
+    assert_eq!(held, 10, "the reader got the queue ten times");
+    assert!(st.dequeued + st.bypassed > 10_000, "{st:?}");
+    assert_eq!(st.intake_full, 0, "{st:?}");
+}

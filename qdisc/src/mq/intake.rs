@@ -80,18 +80,6 @@ impl<T> IntakeRing<T> {
         }
     }
 
-    /// Returns true when a push would fail now (a snapshot: pops may race with it).
-    pub(crate) fn is_full(&self) -> bool {
-        #[cfg(not(loom))]
-        {
-            self.ring.is_full()
-        }
-        #[cfg(loom)]
-        {
-            self.ring.lock().expect("intake mutex poisoned").len() >= self.capacity
-        }
-    }
-
     /// Items waiting (a snapshot).
     pub(crate) fn len(&self) -> usize {
         #[cfg(not(loom))]
@@ -129,7 +117,7 @@ mod tests {
         assert!(ring.is_empty());
         assert_eq!(ring.push(1), Ok(()));
         assert_eq!(ring.push(2), Ok(()));
-        assert!(ring.is_full());
+        assert_eq!(ring.len(), ring.capacity(), "full");
         assert_eq!(ring.push(3), Err(3));
         assert_eq!(ring.len(), 2);
         assert_eq!(

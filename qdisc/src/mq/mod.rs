@@ -50,7 +50,8 @@ use std::sync::Arc;
 
 pub use shared_rate::{ActivitySnapshot, SharedRate, SyncConfig, SyncPolicy};
 pub use tx_queue::{
-    BurstOutcome, Intake, NextRun, Offerer, RunResult, TxQueue, TxQueueOptions, TxQueueStats,
+    BurstOutcome, Intake, NextRun, Offerer, QdiscRead, RunResult, TxQueue, TxQueueOptions,
+    TxQueueStats,
 };
 
 use crate::{Packet, Qdisc, Rate};

@@ -214,7 +214,19 @@ pub struct TxQueue<P, Q> {
     /// A `Q::Config` waiting for the runner (boxed so the struct needs no trait bounds).
     pending: Mutex<Option<Box<dyn Any + Send>>>,
     pending_flag: AtomicBool,
+    /// Reads of the qdisc waiting for the runner ([`TxQueue::request_read`]), by ticket.
+    reads: Mutex<Reads<Q>>,
+    reads_flag: AtomicBool,
     _q: PhantomData<fn() -> Q>,
+}
+
+/// A read of the qdisc that its runner makes between two runs ([`TxQueue::request_read`]).
+pub type QdiscRead<Q> = Box<dyn FnOnce(&mut Q) + Send>;
+
+/// The reads waiting for a queue's runner and the next ticket to give.
+struct Reads<Q> {
+    waiting: Vec<(u64, QdiscRead<Q>)>,
+    next_ticket: u64,
 }
 
 /// The runner's counters as other threads see them.
@@ -347,6 +359,11 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             }),
             pending: Mutex::new(None),
             pending_flag: AtomicBool::new(false),
+            reads: Mutex::new(Reads {
+                waiting: Vec::new(),
+                next_ticket: 0,
+            }),
+            reads_flag: AtomicBool::new(false),
             _q: PhantomData,
         }
     }
@@ -539,12 +556,17 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         outcome
     }
 
-    /// Whether [`TxQueue::enqueue_burst`] from a [`Offerer::Peer`] would drop a whole burst now (the intake is
-    /// full). A snapshot that takes no lock: a peer that polls a receive queue for this TX
-    /// queue can leave the packets in the receive ring instead (where the NIC drops an
-    /// overload for free) and spend the time on its own queues.
-    pub fn peer_offer_would_drop(&self) -> bool {
-        self.intake.is_full()
+    /// Whether a burst of `burst` packets offered now could meet an intake without room for
+    /// all of it (fewer than `burst` places free, or none when the intake is smaller than a
+    /// burst). A snapshot that takes no lock, for a thread that polls a receive queue for
+    /// this TX queue: it can leave the packets in the receive ring instead, where the NIC
+    /// holds them (or drops an overload for free), and spend the time on other queues. The
+    /// intake fills while another thread holds the runner lock: a peer worker that runs the
+    /// queue, or a statistics read ([`TxQueue::try_with_qdisc`]) that its own runner waits
+    /// out.
+    pub fn offer_would_overflow(&self, burst: usize) -> bool {
+        let capacity = self.intake.capacity();
+        capacity - self.intake.len().min(capacity) < burst.clamp(1, capacity)
     }
 
     /// The intake path of [`TxQueue::enqueue_burst`]: classifies what is not yet,
@@ -670,6 +692,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             let next = guard.with(|r| {
                 let now_ns = r.sync.clamp(now_ns);
                 self.apply_pending(r);
+                self.serve_reads(r);
                 // Bounded like Linux's quota, but several dequeue budgets' worth: packets
                 // that wait in the intake are past the qdisc's flow-fair drops (a full
                 // intake drops whatever arrives next), so the intake should only buffer
@@ -735,6 +758,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             || !self.intake.is_empty()
             || p.qlen.load(Ordering::Relaxed) != 0
             || self.pending_flag.load(Ordering::Relaxed)
+            || self.reads_flag.load(Ordering::Relaxed)
             || p.generation.load(Ordering::Relaxed) != self.shared.generation()
             || now_ns.saturating_sub(p.last_sync_ns.load(Ordering::Relaxed))
                 >= self.shared.sync_interval_ns()
@@ -742,7 +766,8 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
 
     /// Whether a run has work that must not wait for the qdisc's next send time: packets in
     /// the intake (the qdisc, not the intake, must choose what to drop, and later offers
-    /// queue behind them there), a configuration to apply, a rate change, or (with
+    /// queue behind them there), a configuration to apply, a read waiting (its reader waits
+    /// too), a rate change, or (with
     /// siblings to share with) a sync due at `now_ns`, which may grow this queue's share. A
     /// rate change moves the next send time: the qdisc rescales the wait still pending to
     /// the new rate, so a raised rate or a grown share takes effect at once. A worker that
@@ -752,6 +777,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         let p = &self.published;
         !self.intake.is_empty()
             || self.pending_flag.load(Ordering::Relaxed)
+            || self.reads_flag.load(Ordering::Relaxed)
             || p.generation.load(Ordering::Relaxed) != self.shared.generation()
             || (self.shared.queues() > 1
                 && now_ns.saturating_sub(p.last_sync_ns.load(Ordering::Relaxed))
@@ -776,6 +802,38 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         *slot = Some(Box::new(config));
         self.pending_flag.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Hands `read` to the runner, which calls it on the qdisc at the start of its next run,
+    /// between dequeues; until then the queue counts as having urgent work
+    /// ([`TxQueue::run_wanted`], [`TxQueue::run_urgent`]). Returns a ticket for
+    /// [`TxQueue::withdraw_read`].
+    ///
+    /// For a read from a thread that is not the queue's runner: [`TxQueue::try_with_qdisc`]
+    /// holds the runner lock from that thread, and a thread that the scheduler preempts while
+    /// it holds the lock (a control thread on a shared core, say) stalls the queue for as long
+    /// as it is off its core; the runner's own thread does the same read without that risk.
+    pub fn request_read(&self, read: QdiscRead<Q>) -> u64 {
+        let mut reads = self.reads.lock().expect("read slot poisoned");
+        let ticket = reads.next_ticket;
+        reads.next_ticket += 1;
+        reads.waiting.push((ticket, read));
+        self.reads_flag.store(true, Ordering::Release);
+        ticket
+    }
+
+    /// Takes back the read of `ticket` if the runner has not started it; false when it has
+    /// (it is being made or done), or the ticket is unknown.
+    pub fn withdraw_read(&self, ticket: u64) -> bool {
+        let mut reads = self.reads.lock().expect("read slot poisoned");
+        let Some(at) = reads.waiting.iter().position(|(t, _)| *t == ticket) else {
+            return false;
+        };
+        drop(reads.waiting.remove(at));
+        if reads.waiting.is_empty() {
+            self.reads_flag.store(false, Ordering::Relaxed);
+        }
+        true
     }
 
     /// Counters as of the last run (intake drops are live).

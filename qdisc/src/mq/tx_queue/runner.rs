@@ -1,5 +1,5 @@
 //! The runner's side of a [`TxQueue`]: what the runner-lock holder does on each run. It
-//! applies a pending reconfigure, drains the intake into the qdisc, syncs this queue's share
+//! applies a pending reconfigure, makes the reads other threads asked for, drains the intake into the qdisc, syncs this queue's share
 //! of the `SharedRate` with its siblings when due (cake_mq's `cake_mq_sync_rates`), and
 //! publishes backlog, activity and counters for other threads to read.
 
@@ -46,6 +46,22 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
                 // The reconfigure set the full configured rate; the sync scales it back down.
                 r.sync.force = true;
             }
+        }
+    }
+
+    /// Makes the reads waiting for the runner ([`TxQueue::request_read`]), in the order they
+    /// were asked for.
+    pub(super) fn serve_reads(&self, r: &mut Runner<P, Q>) {
+        if !self.reads_flag.load(Ordering::Acquire) {
+            return;
+        }
+        let waiting = {
+            let mut reads = self.reads.lock().expect("read slot poisoned");
+            self.reads_flag.store(false, Ordering::Relaxed);
+            std::mem::take(&mut reads.waiting)
+        };
+        for (_, read) in waiting {
+            read(&mut r.qdisc);
         }
     }
 

@@ -412,7 +412,7 @@ fn a_peer_queues_behind_held_packets_through_the_intake_without_the_lock() {
     );
     assert_eq!((o.queued, o.dropped), (3, 0));
     assert_eq!((held.intake.len(), held.backlog()), (3, 5));
-    assert!(!held.peer_offer_would_drop());
+    assert!(!held.offer_would_overflow(1));
     let mut sent = Vec::new();
     held.run(2, 32, &mut sent, |_| {});
     let seqs: Vec<u64> = sent.iter().map(|p| p.seq).collect();
@@ -451,7 +451,7 @@ fn a_full_intake_drops_a_peers_burst_unclassified_and_says_so_beforehand() {
         5,
         "the 2 that could not fit were never classified"
     );
-    assert!(q.peer_offer_would_drop());
+    assert!(q.offer_would_overflow(1));
     let o = q.enqueue_burst(
         0,
         &mut burst(7..9, 1),
@@ -469,7 +469,12 @@ fn a_full_intake_drops_a_peers_burst_unclassified_and_says_so_beforehand() {
         1 + 4,
         "conservation: 9 offered = 5 sent + 4 dropped"
     );
-    assert!(!q.peer_offer_would_drop());
+    assert!(!q.offer_would_overflow(1));
+    assert!(!q.offer_would_overflow(4), "empty: room for a whole intake");
+    assert!(
+        !q.offer_would_overflow(32),
+        "a burst larger than the intake is refused only by a nonempty one"
+    );
 }
 
 #[test]
@@ -664,4 +669,77 @@ fn a_runner_behind_on_its_queue_takes_in_no_more_than_it_sends() {
         delivered.extend(sent.iter().map(|p| p.seq));
     }
     assert_eq!(delivered, (0..641).collect::<Vec<u64>>());
+}
+
+#[test]
+fn an_intake_that_a_statistics_read_fills_says_so_before_a_burst_would_overflow_it() {
+    let q = fifo_queue(false, 4);
+    let mut out = Vec::new();
+    let mut metas = vec![PacketMeta::default(); 8];
+    let classify = |p: &TestPacket, m: &mut PacketMeta| *m = udp_meta(1, 2, 1, p.seq as u8);
+    // While a statistics read holds the runner lock, even the runner's own bursts go to the
+    // intake: the room it has left decides whether the next burst fits.
+    q.try_with_qdisc(|_| {
+        let o = q.enqueue_burst(
+            0,
+            &mut burst(0..2, 1),
+            &mut metas,
+            classify,
+            &mut out,
+            Offerer::Runner,
+        );
+        assert_eq!((o.queued, o.dropped), (2, 0));
+        assert!(!q.offer_would_overflow(2), "two places left");
+        assert!(q.offer_would_overflow(3));
+        assert!(q.offer_would_overflow(32));
+    })
+    .expect("an idle queue lets a reader in");
+    let mut sent = Vec::new();
+    q.run(1, 32, &mut sent, |_| {});
+    assert_eq!(sent.len(), 2, "the runner drains what waited");
+    assert!(!q.offer_would_overflow(32));
+}
+
+#[test]
+fn a_read_asked_of_the_runner_is_made_at_its_next_run_and_a_withdrawn_one_never() {
+    let q = fifo_queue(false, 8);
+    let mut out = Vec::new();
+    let mut metas = vec![PacketMeta::default(); 8];
+    let classify = |p: &TestPacket, m: &mut PacketMeta| *m = udp_meta(1, 2, 1, p.seq as u8);
+    q.enqueue_burst(
+        0,
+        &mut burst(0..3, 1),
+        &mut metas,
+        classify,
+        &mut out,
+        Offerer::Runner,
+    );
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (a, b) = (seen.clone(), seen.clone());
+    let first = q.request_read(Box::new(move |f: &mut Fifo<TestPacket>| {
+        a.lock().unwrap().push(("first", crate::Qdisc::len(f)))
+    }));
+    let second = q.request_read(Box::new(move |f: &mut Fifo<TestPacket>| {
+        b.lock().unwrap().push(("second", crate::Qdisc::len(f)))
+    }));
+    assert_ne!(first, second, "each read has its own ticket");
+    assert!(q.withdraw_read(second), "not made yet: taken back");
+    assert!(!q.withdraw_read(second), "only once");
+    assert!(
+        q.run_wanted(0) && q.run_urgent(0),
+        "a waiting read wants a run"
+    );
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "nothing is made before the run"
+    );
+    let mut sent = Vec::new();
+    q.run(1, 2, &mut sent, |_| {});
+    // Made at the start of the run, before the dequeue: the qdisc as the offers left it.
+    assert_eq!(*seen.lock().unwrap(), vec![("first", 3)]);
+    assert!(!q.withdraw_read(first), "made: nothing to take back");
+    q.run(2, 2, &mut sent, |_| {});
+    assert_eq!(seen.lock().unwrap().len(), 1, "each read is made once");
+    assert_eq!(sent.len(), 3);
+    assert!(!q.run_wanted(3), "nothing left to do");
 }

@@ -804,8 +804,9 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         Ok(())
     }
 
-    /// Hands `read` to the runner, which calls it on the qdisc at the start of its next run,
-    /// between dequeues; until then the queue counts as having urgent work
+    /// Hands `read` to the runner, which calls it on the qdisc at the start of a run, between
+    /// dequeues (one read per run, oldest first); until then the queue counts as having
+    /// urgent work
     /// ([`TxQueue::run_wanted`], [`TxQueue::run_urgent`]). Returns a ticket for
     /// [`TxQueue::withdraw_read`].
     ///

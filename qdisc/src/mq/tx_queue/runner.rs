@@ -49,18 +49,24 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
         }
     }
 
-    /// Makes the reads waiting for the runner ([`TxQueue::request_read`]), in the order they
-    /// were asked for.
+    /// Makes the oldest read waiting for the runner ([`TxQueue::request_read`]). One per
+    /// run: each takes tens of microseconds (a chunk of cold circuits), and a queue that made
+    /// every read waiting at once would stall for as many as there are readers (64 control
+    /// connections at once, say); the rest keep the queue's run urgent and are made at the
+    /// runs that follow, with receives and dequeues between them.
     pub(super) fn serve_reads(&self, r: &mut Runner<P, Q>) {
         if !self.reads_flag.load(Ordering::Acquire) {
             return;
         }
-        let waiting = {
+        let oldest = {
             let mut reads = self.reads.lock().expect("read slot poisoned");
-            self.reads_flag.store(false, Ordering::Relaxed);
-            std::mem::take(&mut reads.waiting)
+            let oldest = (!reads.waiting.is_empty()).then(|| reads.waiting.remove(0));
+            if reads.waiting.is_empty() {
+                self.reads_flag.store(false, Ordering::Relaxed);
+            }
+            oldest
         };
-        for (_, read) in waiting {
+        if let Some((_, read)) = oldest {
             read(&mut r.qdisc);
         }
     }

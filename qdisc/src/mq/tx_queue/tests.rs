@@ -742,4 +742,21 @@ fn a_read_asked_of_the_runner_is_made_at_its_next_run_and_a_withdrawn_one_never(
     assert_eq!(seen.lock().unwrap().len(), 1, "each read is made once");
     assert_eq!(sent.len(), 3);
     assert!(!q.run_wanted(3), "nothing left to do");
+    // Several readers at once: one read per run, oldest first, the others keep it urgent.
+    for i in 0..3 {
+        let s = seen.clone();
+        q.request_read(Box::new(move |_: &mut Fifo<TestPacket>| {
+            s.lock().unwrap().push(("queued", i))
+        }));
+    }
+    for made in 2..=4 {
+        assert!(q.run_urgent(4));
+        q.run(4, 2, &mut sent, |_| {});
+        assert_eq!(seen.lock().unwrap().len(), made);
+    }
+    assert_eq!(
+        seen.lock().unwrap()[1..],
+        [("queued", 0), ("queued", 1), ("queued", 2)]
+    );
+    assert!(!q.run_urgent(5) && !q.run_wanted(5));
 }

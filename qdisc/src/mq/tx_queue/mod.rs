@@ -692,7 +692,9 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
             let next = guard.with(|r| {
                 let now_ns = r.sync.clamp(now_ns);
                 self.apply_pending(r);
-                self.serve_reads(r);
+                if rounds == 0 {
+                    self.serve_reads(r);
+                }
                 // Bounded like Linux's quota, but several dequeue budgets' worth: packets
                 // that wait in the intake are past the qdisc's flow-fair drops (a full
                 // intake drops whatever arrives next), so the intake should only buffer
@@ -766,13 +768,13 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
 
     /// Whether a run has work that must not wait for the qdisc's next send time: packets in
     /// the intake (the qdisc, not the intake, must choose what to drop, and later offers
-    /// queue behind them there), a configuration to apply, a read waiting (its reader waits
-    /// too), a rate change, or (with
-    /// siblings to share with) a sync due at `now_ns`, which may grow this queue's share. A
-    /// rate change moves the next send time: the qdisc rescales the wait still pending to
-    /// the new rate, so a raised rate or a grown share takes effect at once. A worker that
-    /// skips runs until that time runs at once when this says so; [`TxQueue::run_wanted`]
-    /// still decides whether there is anything at all.
+    /// queue behind them there), a configuration to apply, a read waiting (its reader
+    /// waits too), a rate change, or (with siblings to share with) a sync due at `now_ns`,
+    /// which may grow this queue's share. A rate change moves the next send time: the
+    /// qdisc rescales the wait still pending to the new rate, so a raised rate or a grown
+    /// share takes effect at once. A worker that skips runs until that time runs at once
+    /// when this says so; [`TxQueue::run_wanted`] still decides whether there is anything
+    /// at all.
     pub fn run_urgent(&self, now_ns: u64) -> bool {
         let p = &self.published;
         !self.intake.is_empty()
@@ -806,8 +808,7 @@ impl<P: Packet + Send, Q: MqQdisc<P>> TxQueue<P, Q> {
 
     /// Hands `read` to the runner, which calls it on the qdisc at the start of a run, between
     /// dequeues (one read per run, oldest first); until then the queue counts as having
-    /// urgent work
-    /// ([`TxQueue::run_wanted`], [`TxQueue::run_urgent`]). Returns a ticket for
+    /// urgent work ([`TxQueue::run_wanted`], [`TxQueue::run_urgent`]). Returns a ticket for
     /// [`TxQueue::withdraw_read`].
     ///
     /// For a read from a thread that is not the queue's runner: [`TxQueue::try_with_qdisc`]

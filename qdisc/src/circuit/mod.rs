@@ -191,9 +191,33 @@ impl<P: Packet> CircuitShaper<P> {
 
     /// Bytes this shaper holds apart from the packets: the per-slot array, the scheduling
     /// structures, and every live and spare instance's preallocated tables and packet slab.
+    /// Walks every live instance (a cold line or more each); a reader that walks the slots
+    /// anyway sums [`Self::planned_instance_bytes`] over them and adds
+    /// [`Self::memory_bytes_besides_planned`] instead.
     pub fn memory_bytes(&self) -> usize {
+        let planned = self.config.plans.len() as u32;
+        self.memory_bytes_besides_planned()
+            + (0..planned)
+                .map(|slot| self.planned_instance_bytes(slot))
+                .sum::<usize>()
+    }
+
+    /// The bytes of the live instance of circuit slot `slot` (0 without one): its share of
+    /// [`Self::memory_bytes`].
+    pub fn planned_instance_bytes(&self, slot: u32) -> usize {
+        slot.checked_add(1)
+            .and_then(|id| self.slots.get(id as usize))
+            .and_then(|s| s.cake.as_deref())
+            .map_or(0, Self::instance_bytes)
+    }
+
+    /// [`Self::memory_bytes`] but for the instances of the circuit slots below
+    /// `config().plans.len()`: the shared structures, the spare instances, the default
+    /// class's instance and those of slots beyond the plans (removed circuits still
+    /// draining). Reads only those instances.
+    pub fn memory_bytes_besides_planned(&self) -> usize {
         use std::mem::size_of;
-        let inst = |c: &CircuitCake<P>| c.preallocated_bytes() + c.slab_bytes();
+        let planned = self.config.plans.len() as u32;
         size_of::<Self>()
             + self.slots.capacity() * size_of::<SlotState<P>>()
             + self.live.capacity() * size_of::<u32>()
@@ -201,8 +225,19 @@ impl<P: Packet> CircuitShaper<P> {
             + self.ring.bytes()
             + self.heap.bytes()
             + self.idle.bytes()
-            + self.live_instances().map(|(_, c)| inst(c)).sum::<usize>()
-            + self.spare.iter().map(|c| inst(c)).sum::<usize>()
+            + self
+                .live_instances_where(|id| id == DEFAULT_ID || id > planned)
+                .map(|(_, c)| Self::instance_bytes(c))
+                .sum::<usize>()
+            + self
+                .spare
+                .iter()
+                .map(|c| Self::instance_bytes(c))
+                .sum::<usize>()
+    }
+
+    fn instance_bytes(c: &CircuitCake<P>) -> usize {
+        c.preallocated_bytes() + c.slab_bytes()
     }
 
     /// Bytes one idle slot costs (its entry in the per-slot array and the scheduling
@@ -342,8 +377,17 @@ impl<P: Packet> CircuitShaper<P> {
 
     /// Every live instance with its id, in no particular order.
     fn live_instances(&self) -> impl Iterator<Item = (u32, &CircuitCake<P>)> + '_ {
+        self.live_instances_where(|_| true)
+    }
+
+    /// The live instances whose id `pick` accepts; the others' lines are not read.
+    fn live_instances_where<'a>(
+        &'a self,
+        pick: impl Fn(u32) -> bool + 'a,
+    ) -> impl Iterator<Item = (u32, &'a CircuitCake<P>)> + 'a {
         self.live
             .iter()
+            .filter(move |&&id| pick(id))
             .filter_map(|&id| Some((id, self.slots[id as usize].cake.as_deref()?)))
     }
 

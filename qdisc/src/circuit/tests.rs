@@ -565,3 +565,56 @@ fn a_bursts_prefetch_starts_every_stage_of_every_packet_once_and_in_order() {
     assert_eq!(deferred_before_offer(32, 12), 22..23);
     assert!(deferred_before_offer(32, 0).is_empty());
 }
+
+#[test]
+fn memory_read_by_slot_adds_up_to_the_walk_of_every_instance() {
+    // A report sums `planned_instance_bytes` over the slots it reads anyway and adds
+    // `memory_bytes_besides_planned`: together they must count every instance once, the
+    // default class's and those of removed slots still draining included.
+    let c = config(&[8, 8, 8, 8]);
+    let mut q = shaper(&c);
+    for slot in 0..4 {
+        for i in 0..5 {
+            q.enqueue(0, TestPacket::new(1000, slot, i), &meta(Some(slot), slot));
+        }
+    }
+    q.enqueue(0, TestPacket::new(1000, 9, 0), &meta(None, 9));
+    let walk = |q: &CircuitShaper<TestPacket>| {
+        use std::mem::size_of;
+        let inst = |c: &CircuitCake<TestPacket>| c.preallocated_bytes() + c.slab_bytes();
+        size_of::<CircuitShaper<TestPacket>>()
+            + q.slots.capacity() * size_of::<SlotState<TestPacket>>()
+            + q.live.capacity() * size_of::<u32>()
+            + q.spare.capacity() * size_of::<usize>()
+            + q.ring.bytes()
+            + q.heap.bytes()
+            + q.idle.bytes()
+            + q.live_instances().map(|(_, c)| inst(c)).sum::<usize>()
+            + q.spare.iter().map(|c| inst(c)).sum::<usize>()
+    };
+    let by_slot = |q: &CircuitShaper<TestPacket>| {
+        q.memory_bytes_besides_planned()
+            + (0..q.config().plans.len() as u32)
+                .map(|s| q.planned_instance_bytes(s))
+                .sum::<usize>()
+    };
+    assert_eq!(q.active_instances(), 5);
+    assert_eq!(q.memory_bytes(), walk(&q));
+    assert_eq!(by_slot(&q), walk(&q));
+    // Slots 2 and 3 removed while they hold packets: they drain beyond the plans.
+    let c2 = CircuitShaperConfig {
+        plans: Arc::from(c.plans[..2].to_vec()),
+        ..c.clone()
+    };
+    q.reconfigure(&c2).unwrap();
+    assert_eq!(q.active_instances(), 5);
+    assert_eq!(q.memory_bytes(), walk(&q));
+    assert_eq!(by_slot(&q), walk(&q));
+    // Drained and released: spares now.
+    drain_until(&mut q, 0, 10 * SEC);
+    q.dequeue(20 * SEC);
+    assert_eq!((q.active_instances(), q.spare.len()), (0, 5));
+    assert_eq!(q.memory_bytes(), walk(&q));
+    assert_eq!(by_slot(&q), walk(&q));
+    assert_eq!(q.planned_instance_bytes(u32::MAX), 0);
+}

@@ -127,7 +127,7 @@ const READ_TRIES: usize = 1000;
 /// runner lock itself.
 const RUNNER_READ_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Slots read per hold of a queue's runner lock (tens of microseconds with cold instances).
+/// Slots read at a time between a queue's runs (tens of microseconds with cold instances).
 const READ_CHUNK: u32 = 256;
 
 /// One circuit direction as read from a shaper: what a report needs, copied under the lock.
@@ -696,8 +696,9 @@ impl<P: PortBuf> Runtime<P> {
 /// should the scheduler preempt it meanwhile (the supervisor and the control socket
 /// share their core with everything else): flat out at 100 000 circuits, the longest
 /// of one `ctl circuits`' 256-slot holds was 7.3 ms against 13 us on average, a stall
-/// of tens of thousands of packets. The worker's own reads are never preempted by
-/// another of our threads, and cost it what the lock held by a reader cost it anyway.
+/// of tens of thousands of packets. Made by the worker, a read stalls the queue only
+/// while the worker itself is off its core (as its packets would be), and costs it what
+/// a reader holding the lock cost it anyway.
 fn read_between_runs<P: qdisc::Packet + Send, Q: MqQdisc<P>, R: Send + 'static>(
     queue: &qdisc::mq::TxQueue<P, Q>,
     read: impl Fn(&mut Q) -> R + Send + Sync + 'static,

@@ -20,7 +20,7 @@ use circuits::publish::Published;
 use circuits::{CircuitSet, Lpm};
 use qdisc::cake::CakeConfig;
 use qdisc::circuit::{CircuitPlan, CircuitShaper, CircuitShaperConfig, CircuitStats, TreeRef};
-use qdisc::mq::{MqQdisc, MultiQueue};
+use qdisc::mq::MultiQueue;
 use qdisc::rate_tree::{TreeNode, TreeSyncConfig};
 use qdisc::Rate;
 
@@ -117,15 +117,6 @@ struct Seen {
 /// Each circuit's figures by slot (a vector: a report walks every slot, and a hash map of
 /// 100 000 entries was a cache miss per lookup, 60 % of a report's time).
 type Read = (Vec<Option<Figures>>, usize, u64, Option<TreeReport>);
-
-/// Tries at reading a busy queue (20 us apart) before a report goes without it.
-const READ_TRIES: usize = 1000;
-
-/// How long a read waits for a queue's runner to make it. A worker serves a queue's reads
-/// at its next run, within microseconds while it is busy and within its longest idle sleep
-/// (160 us) otherwise; one that has not come by then is stuck, and the read takes the
-/// runner lock itself.
-const RUNNER_READ_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Slots read at a time between a queue's runs (tens of microseconds with cold instances).
 const READ_CHUNK: u32 = 256;
@@ -468,7 +459,7 @@ impl<P: PortBuf> Runtime<P> {
     /// Every circuit's figures in `dir`, summed over the direction's queues (a circuit's
     /// packets meet one queue, but a reload may have moved nothing, so each is asked), with
     /// the tins of `tins_of` only; plus the instances in use and their memory. Each queue
-    /// is read between its runs, by its runner ([`read_between_runs`]), a chunk of
+    /// is read between its runs, by its runner (`queues::read_between_runs`), a chunk of
     /// slots at a time, copying a few words per slot.
     /// Also the direction's tree counters (`None` without a tree).
     /// With `full` false only each slot's counters are read, not its instance (backlog,
@@ -521,7 +512,7 @@ impl<P: PortBuf> Runtime<P> {
                     });
                     (part, end, memory, totals)
                 };
-                let got = read_between_runs(queue, chunk, &mut ask_runner);
+                let got = super::queues::read_between_runs(queue, chunk, &mut ask_runner);
                 // A queue busy on every try: the whole direction goes without this time (its
                 // rows keep their last figures). A circuit's figures are summed over every
                 // queue, so a sum that missed one queue (the circuit's own, say) would read
@@ -684,51 +675,6 @@ impl<P: PortBuf> Runtime<P> {
         }
         r
     }
-}
-
-/// Runs `read` on `queue`'s shaper between two of its runs: made by the queue's runner
-/// (the worker that runs it) when one comes, else under the runner lock from this
-/// thread, which tries for a while and gives up on a queue busy all that time (`None`).
-/// With `ask_runner` false it goes straight to the lock; a runner that did not come
-/// within [`RUNNER_READ_WAIT`] clears it.
-///
-/// A read from this thread holds the queue for as long as this thread is off its core
-/// should the scheduler preempt it meanwhile (the supervisor and the control socket
-/// share their core with everything else): flat out at 100 000 circuits, the longest
-/// of one `ctl circuits`' 256-slot holds was 7.3 ms against 13 us on average, a stall
-/// of tens of thousands of packets. Made by the worker, a read stalls the queue only
-/// while the worker itself is off its core (as its packets would be), and costs it what
-/// a reader holding the lock cost it anyway.
-fn read_between_runs<P: qdisc::Packet + Send, Q: MqQdisc<P>, R: Send + 'static>(
-    queue: &qdisc::mq::TxQueue<P, Q>,
-    read: impl Fn(&mut Q) -> R + Send + Sync + 'static,
-    ask_runner: &mut bool,
-) -> Option<R> {
-    let read = Arc::new(read);
-    if *ask_runner {
-        let (answer, answered) = std::sync::mpsc::sync_channel(1);
-        let by_runner = read.clone();
-        let ticket = queue.request_read(Box::new(move |s| {
-            let _ = answer.send(by_runner(s));
-        }));
-        if let Ok(got) = answered.recv_timeout(RUNNER_READ_WAIT) {
-            return Some(got);
-        }
-        if !queue.withdraw_read(ticket) {
-            // The runner took it after all: it is being made.
-            return answered.recv().ok();
-        }
-        *ask_runner = false;
-    }
-    for _ in 0..READ_TRIES {
-        if let Some(got) = queue.try_with_qdisc(|s| read(s)) {
-            return Some(got);
-        }
-        // A sleep, not a yield: on a loaded core a yield comes straight back while the
-        // worker still holds the queue.
-        std::thread::sleep(std::time::Duration::from_micros(20));
-    }
-    None
 }
 
 /// Each node's sums over the circuits under it (its whole subtree).
@@ -912,49 +858,6 @@ impl<P: PortBuf> CircuitControl for Runtime<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_read_is_made_by_the_runner_or_else_under_the_lock() {
-        use crate::port::pool::PoolBuf;
-        use qdisc::fifo::Fifo;
-        use qdisc::mq::{TxQueue, TxQueueOptions};
-        let q = Arc::new(TxQueue::<PoolBuf, Fifo<PoolBuf>>::new(
-            Fifo::new(8),
-            TxQueueOptions::default(),
-        ));
-        let who = |_: &mut Fifo<PoolBuf>| std::thread::current().name().map(String::from);
-        // No runner: the read is withdrawn after the wait and made here, under the lock, and
-        // the rest of the report goes straight to the lock.
-        let mut ask_runner = true;
-        let here = std::thread::current().name().map(String::from);
-        assert_eq!(read_between_runs(&q, who, &mut ask_runner), Some(here));
-        assert!(!ask_runner);
-        // A runner that polls the queue as a worker does makes it, on its own thread.
-        let stop = Arc::new(AtomicBool::new(false));
-        let runner = {
-            let (q, stop) = (q.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("runner".into())
-                .spawn(move || {
-                    let mut out = Vec::new();
-                    while !stop.load(Ordering::Relaxed) {
-                        if q.run_wanted(0) {
-                            q.run(0, 32, &mut out, |_| {});
-                        }
-                        std::thread::sleep(std::time::Duration::from_micros(100));
-                    }
-                })
-                .unwrap()
-        };
-        let mut ask_runner = true;
-        for _ in 0..3 {
-            let by = read_between_runs(&q, who, &mut ask_runner);
-            assert_eq!(by, Some(Some("runner".to_string())));
-        }
-        assert!(ask_runner);
-        stop.store(true, Ordering::Relaxed);
-        runner.join().unwrap();
-    }
 
     /// Site > {AP_A, V (virtual) > AP_B}: circuit 1 on AP_A, 2 and 3 on AP_B, 4 on Site
     /// itself, 5 with no parent.

@@ -568,7 +568,7 @@ pub fn serve(
     listener.set_nonblocking(true).map_err(bind_err)?;
     let path = path.to_path_buf();
     Ok(std::thread::spawn(move || {
-        let open = Arc::new(Connections::default());
+        let open = Arc::new(Connections::new());
         // Connection threads hold the state only weakly, this thread holds it until the
         // server stops: one stuck on a client must not keep the queues (and the buffers
         // they hold) alive after the forwarder stopped.
@@ -585,7 +585,8 @@ pub fn serve(
 }
 
 /// Connections served at once. Each has a thread of its own for at most
-/// [`CONNECTION_LIFETIME`]; past the bound the oldest connection is shut down to make room.
+/// [`CONNECTION_LIFETIME`]; past the bound the connection silent the longest is shut down
+/// to make room.
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// How long one read or one write may wait for the client: an idle or non-reading client
@@ -599,25 +600,65 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 /// an endless line must not grow the server's memory.
 const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 
-/// The connections being served, oldest first, each with a handle that can shut it down.
-#[derive(Default)]
+/// One connection being served: a handle that can shut it down, and when it last sent a
+/// byte (nanoseconds since the server started).
+struct OpenConnection {
+    id: u64,
+    handle: UnixStream,
+    last_heard: Arc<AtomicU64>,
+}
+
+/// The connections being served, in the order they came.
 struct Connections {
-    open: Mutex<std::collections::VecDeque<(u64, UnixStream)>>,
+    open: Mutex<std::collections::VecDeque<OpenConnection>>,
     next_id: AtomicU64,
+    started: std::time::Instant,
 }
 
 impl Connections {
-    fn open(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, UnixStream)>> {
+    fn new() -> Connections {
+        Connections {
+            open: Mutex::new(std::collections::VecDeque::new()),
+            next_id: AtomicU64::new(0),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn open(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<OpenConnection>> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
-/// Serves `s` on a thread of its own. At [`MAX_CONNECTIONS`] the oldest connection is shut
-/// down first: a command takes milliseconds, so the oldest is one that sends nothing or
-/// trickles, and a new client is always served (refusing it would let stuck clients lock
-/// every operator out). The accept loop never waits on a client, and the server stops
-/// without waiting for the connection threads (each ends by itself within [`IO_DEADLINE`]
-/// of its last exchange).
+/// A connection's reader that notes when each byte arrived, so that the server sheds the
+/// client that has been silent longest, not one that is slowly sending a command.
+struct Heard<R> {
+    inner: R,
+    connections: Arc<Connections>,
+    last_heard: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Heard<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.last_heard
+                .store(self.connections.now(), Ordering::Relaxed);
+        }
+        Ok(n)
+    }
+}
+
+/// Serves `s` on a thread of its own. At [`MAX_CONNECTIONS`] the connection that has sent
+/// nothing for longest is shut down first (the oldest of those, on a tie): a command takes
+/// milliseconds, so that one is a client that connected and went quiet, never one trickling
+/// a command in byte by byte. A new client is always served (refusing it would let stuck
+/// clients lock every operator out). The accept loop never waits on a client, and the
+/// server stops without waiting for the connection threads (each ends by itself within
+/// [`IO_DEADLINE`] of its last exchange).
 fn admit(
     s: UnixStream,
     state: &Weak<ControlState>,
@@ -629,16 +670,31 @@ fn admit(
     let _ = s.set_write_timeout(Some(IO_DEADLINE));
     let Ok(handle) = s.try_clone() else { return };
     let id = open.next_id.fetch_add(1, Ordering::Relaxed);
+    let last_heard = Arc::new(AtomicU64::new(open.now()));
     {
         let mut list = open.open();
         while list.len() >= MAX_CONNECTIONS {
-            if let Some((_, oldest)) = list.pop_front() {
+            let quietest = list
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, c)| (c.last_heard.load(Ordering::Relaxed), c.id))
+                .map(|(i, _)| i);
+            if let Some(shed) = quietest.and_then(|i| list.remove(i)) {
                 // Its thread's blocked read returns at once and the thread ends.
-                let _ = oldest.shutdown(std::net::Shutdown::Both);
+                let _ = shed.handle.shutdown(std::net::Shutdown::Both);
             }
         }
-        list.push_back((id, handle));
+        list.push_back(OpenConnection {
+            id,
+            handle,
+            last_heard: last_heard.clone(),
+        });
     }
+    let reader = Heard {
+        inner: s,
+        connections: open.clone(),
+        last_heard,
+    };
     let (state, stop, guard) = (
         state.clone(),
         stop.clone(),
@@ -652,7 +708,7 @@ fn admit(
         .stack_size(256 * 1024)
         .spawn(move || {
             let _guard = guard;
-            serve_one(s, &state, &stop);
+            serve_one(reader, &state, &stop);
         });
     // Could not start a thread: the stream (and its slot) went with the closure.
     drop(spawned);
@@ -667,13 +723,15 @@ struct OpenGuard {
 impl Drop for OpenGuard {
     fn drop(&mut self) {
         let id = self.id;
-        self.open.open().retain(|(i, _)| *i != id);
+        self.open.open().retain(|c| c.id != id);
     }
 }
 
-fn serve_one(s: UnixStream, state: &Weak<ControlState>, stop: &AtomicBool) {
+fn serve_one(s: Heard<UnixStream>, state: &Weak<ControlState>, stop: &AtomicBool) {
     let deadline = std::time::Instant::now() + CONNECTION_LIFETIME;
-    let Ok(mut w) = s.try_clone() else { return };
+    let Ok(mut w) = s.inner.try_clone() else {
+        return;
+    };
     let mut reader = BufReader::new(s.take(MAX_REQUEST_BYTES));
     let mut line = Vec::new();
     loop {
@@ -1032,13 +1090,55 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(client::send(&path, "stats").unwrap(), "text report\n");
         }
-        // The oldest idle ones were closed to make room: they read end-of-file.
+        // The oldest idle ones (silent longest) were closed to make room: they read EOF.
         let mut first = idle.into_iter().next().unwrap();
         first
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         let mut buf = [0u8; 16];
         assert_eq!(first.read(&mut buf).unwrap(), 0);
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn past_the_bound_a_client_trickling_a_command_outlasts_quiet_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let probe = Arc::new(Probe::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = serve(&path, state(probe.clone()), stop.clone()).unwrap();
+        // The busy client is the oldest connection, which the server used to shed first.
+        let mut busy = UnixStream::connect(&path).unwrap();
+        busy.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut replies = BufReader::new(busy.try_clone().unwrap());
+        let mut ask = |busy: &mut UnixStream, bytes: &[u8]| {
+            busy.write_all(bytes).unwrap();
+            let mut reply = String::new();
+            replies.read_line(&mut reply).unwrap();
+            reply
+        };
+        assert_eq!(ask(&mut busy, b"stats\n"), "text report\n");
+        let quiet: Vec<UnixStream> = (0..MAX_CONNECTIONS - 2)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
+        // Connections are taken in the order they came: once this one is answered, every
+        // quiet one is in, and the busy client speaks after them all.
+        assert_eq!(client::send(&path, "stats").unwrap(), "text report\n");
+        assert_eq!(ask(&mut busy, b"stats\n"), "text report\n");
+        busy.write_all(b"st").unwrap();
+        // As many again as the bound: each sheds the connection silent longest.
+        let newer: Vec<UnixStream> = (0..MAX_CONNECTIONS - 1)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
+        let mut buf = [0u8; 16];
+        for mut q in quiet {
+            q.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            assert_eq!(q.read(&mut buf).unwrap(), 0);
+        }
+        assert_eq!(ask(&mut busy, b"ats\n"), "text report\n");
+        drop(newer);
         stop.store(true, Ordering::Relaxed);
         h.join().unwrap();
     }

@@ -38,6 +38,15 @@ impl<P: Packet> CircuitShaper<P> {
     /// Whatever [`CircuitShaperConfig::validate`] rejects; nothing changes then.
     pub fn reconfigure(&mut self, config: &CircuitShaperConfig) -> Result<(), CircuitConfigError> {
         config.validate()?;
+        self.apply_validated(config);
+        Ok(())
+    }
+
+    /// [`Self::reconfigure`] for a config that has passed [`CircuitShaperConfig::validate`]:
+    /// the runner applies what [`crate::mq::TxQueue::request_reconfigure`] validated on the
+    /// caller's thread, and validating every plan again on the worker (0.3 ms at 100 000
+    /// circuits) would stall its queue for nothing.
+    fn apply_validated(&mut self, config: &CircuitShaperConfig) {
         let now = self.last_now;
         let old = std::mem::replace(&mut self.config, config.clone());
         self.gate.configure(&config.link, now);
@@ -55,8 +64,13 @@ impl<P: Packet> CircuitShaper<P> {
         if !(same_limits && Arc::ptr_eq(&old.plans, &config.plans)) {
             for slot in 0..slots as u32 {
                 let id = slot + 1;
-                self.slots[id as usize].planned = config.plan(slot).is_some();
-                match (old.plan(slot), config.plan(slot)) {
+                let (was, now_planned) = (old.plan(slot), config.plan(slot));
+                if was.is_some() != now_planned.is_some() {
+                    // Only where it changed: a write to every slot record is a walk over
+                    // all of them (6 MiB at 100 000 circuits) on the worker.
+                    self.slots[id as usize].planned = now_planned.is_some();
+                }
+                match (was, now_planned) {
                     (None, None) => {}
                     (Some(_), None) => {
                         // Removed: drains, then is released (at once if already empty).
@@ -97,7 +111,6 @@ impl<P: Packet> CircuitShaper<P> {
             }
         }
         self.spare.truncate(config.spare_instances);
-        Ok(())
     }
 
     /// [`Self::retune`] to `new` under a node tree: what differs but the rate through
@@ -189,7 +202,8 @@ impl<P: Packet + Send> MqQdisc<P> for CircuitShaper<P> {
     }
 
     fn reconfigure(&mut self, config: &CircuitShaperConfig) -> Result<(), CircuitConfigError> {
-        CircuitShaper::reconfigure(self, config)
+        self.apply_validated(config);
+        Ok(())
     }
 
     fn config_rate(config: &CircuitShaperConfig) -> Rate {

@@ -77,7 +77,9 @@ pub trait MqQdisc<P: Packet>: Qdisc<P> + Send + Sized {
     fn validate(config: &Self::Config) -> Result<(), Self::Error>;
 
     /// Applies `config` in place at a safe point (called by the runner between dequeues). The
-    /// rate it sets is the full configured rate; the rate sync scales it right after.
+    /// rate it sets is the full configured rate; the rate sync scales it right after. The
+    /// runner only passes configs that [`MqQdisc::validate`] accepted (on the thread that
+    /// asked for the change), so an implementation need not check them again on the worker.
     ///
     /// # Errors
     /// When `config` is invalid; the instance is then unchanged.

@@ -306,6 +306,11 @@ fn the_control_socket_is_its_owners_alone() {
 /// `circuits` circuits in ShapedDevices.csv form, one /30 each: the first 16 384 cover
 /// 198.18.0.0/16 (the generator's port-a hosts), the rest 10.0.0.0/8.
 fn shaped_devices(circuits: u32) -> String {
+    shaped_devices_with(circuits, 100)
+}
+
+/// [`shaped_devices`] with circuit 5's download plan at `five_down` Mbit/s.
+fn shaped_devices_with(circuits: u32, five_down: u32) -> String {
     let mut csv = String::from(
         "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,\
          Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment\n",
@@ -317,7 +322,8 @@ fn shaped_devices(circuits: u32) -> String {
         } else {
             format!("10.{}.{}.{}/30", (a >> 16) & 255, (a >> 8) & 255, a & 255)
         };
-        csv.push_str(&format!("{i},c{i},{i},d{i},,,{prefix},,,,100,20,\n"));
+        let down = if i == 5 { five_down } else { 100 };
+        csv.push_str(&format!("{i},c{i},{i},d{i},,,{prefix},,,,{down},20,\n"));
     }
     csv
 }
@@ -377,6 +383,35 @@ fn control_reads_of_many_circuits_under_a_flat_out_worker_lose_no_packet() {
         );
         ask("nodes", "");
     }
+    // Reloads between and during the reads, by SIGHUP and over the socket: circuits
+    // 12 000-19 999 go (their flows then pass as unmatched traffic) and come back, circuit
+    // 5's plan changes each time, and a broken file is refused and changes nothing. What
+    // the removed circuits held drains; nothing is dropped.
+    let csv = dir.path().join("ShapedDevices.csv");
+    for round in 0..6u32 {
+        let (count, five) = if round % 2 == 0 {
+            (12_000, 30 + round)
+        } else {
+            (20_000, 60 + round)
+        };
+        if round == 4 {
+            std::fs::write(&csv, "Circuit ID,Circuit Name\n1,\"unterminated\n").unwrap();
+            ask("circuits reload", "error");
+        }
+        std::fs::write(&csv, shaped_devices_with(count, five)).unwrap();
+        if round % 3 == 0 {
+            fwd.signal("-HUP");
+        } else {
+            ask("circuits reload", "ok circuits reloaded");
+        }
+        ask("circuits", "circuits: ");
+        ask("circuit 5", "circuit 5 (c5)");
+        ask("circuits top 5 json", "");
+    }
+    fwd.wait_for("the last reload in force", |r| {
+        r.last()
+            .is_some_and(|l| l["circuits"]["circuits"] == 20_000)
+    });
     let out = fwd.stop();
     let reports = fwd.reports();
     let last = reports.last().expect("a final report");

@@ -239,12 +239,14 @@ fn initial_config() -> impl Strategy<Value = CakeConfig> {
         prop_oneof![Just(0u64), 1u64..100_000],
         1u32..80,
         0u8..3,
+        prop_oneof![Just(0u32), 1u32..4000],
     )
-        .prop_map(|(ds, fm, kbit, limit, ack)| CakeConfig {
+        .prop_map(|(ds, fm, kbit, limit, ack, burst)| CakeConfig {
             diffserv: DIFFSERV[ds],
             flow_mode: FLOW_MODES[fm],
             rate: Rate::from_bits_per_sec(kbit * 1000),
             packet_limit: limit,
+            burst,
             ack_filter: [
                 AckFilterMode::Off,
                 AckFilterMode::Filter,
@@ -376,6 +378,8 @@ fn lockstep_config() -> impl Strategy<Value = CakeConfig> {
                 c.fwmark_mask = fwmark_mask;
                 c.seed = seed;
                 c.hash_key = hash_key;
+                // sch_cake.c has no burst (`a_burst_lets_out_at_most_...` checks it).
+                c.burst = 0;
                 c
             },
         )
@@ -485,6 +489,72 @@ proptest! {
         ops in proptest::collection::vec(step_op(), 1..600),
     ) {
         run_lockstep(&config, &ops);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// `burst` makes the shaper a token bucket of that depth (GCRA): however packets
+    /// arrive, the bytes that leave between any two departures, both included, are at
+    /// most the rate's over the time between them plus the burst plus the last packet;
+    /// with the lead bounded by `MAX_AHEAD_NS` (1 ms) as well. Without a burst, the same
+    /// holds with none (sch_cake.c).
+    #[test]
+    fn a_burst_lets_out_at_most_its_bytes_beyond_the_rate_in_any_window(
+        burst in prop_oneof![Just(0u32), 1u32..20_000],
+        mbit in 1u64..400,
+        arrivals in proptest::collection::vec((0u32..400, 64usize..=1514, 0u32..6), 1..300),
+    ) {
+        let rate = Rate::from_bits_per_sec(mbit * 1_000_000);
+        let mut c: Cake<TestPacket> = Cake::new(&CakeConfig {
+            rate,
+            burst,
+            diffserv: DiffservMode::Besteffort,
+            ..CakeConfig::default()
+        })
+        .unwrap();
+        // Arrivals `gap` us apart, each of `len` bytes in flow `flow`; dequeue whatever may
+        // leave before each arrival at the times the shaper names, then after the last
+        // until all has left (COBALT may drop some at the lowest rates).
+        let mut now = 0u64;
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let serve = |c: &mut Cake<TestPacket>, now: &mut u64, until: u64, out: &mut Vec<(u64, u64)>| {
+            loop {
+                match c.dequeue(*now) {
+                    Dequeue::Packet(p) => out.push((*now, p.len as u64)),
+                    Dequeue::NotBefore(next) if next <= until => *now = (*now).max(next),
+                    _ => break,
+                }
+            }
+        };
+        for (seq, &(gap_us, len, flow)) in arrivals.iter().enumerate() {
+            let at = now + u64::from(gap_us) * 1000;
+            serve(&mut c, &mut now, at, &mut out);
+            now = at;
+            c.enqueue(now, TestPacket::new(len, flow, seq as u64), &udp_meta(flow, 1, flow, 0));
+        }
+        serve(&mut c, &mut now, u64::MAX, &mut out);
+        prop_assert!(c.is_empty());
+        let bytes_per_sec = rate.bytes_per_sec() as u128;
+        let lead_ns = (u128::from(burst) * 1_000_000_000 / bytes_per_sec).min(1_000_000);
+        for i in 0..out.len() {
+            let mut sum = 0u128;
+            for j in i..out.len() {
+                sum += u128::from(out[j].1);
+                let span = u128::from(out[j].0 - out[i].0);
+                // The rate's bytes over the span and the lead, the last packet, and a byte
+                // per packet for the clock's rounding.
+                let allowed = (span + lead_ns) * bytes_per_sec / 1_000_000_000
+                    + u128::from(out[j].1)
+                    + (j - i + 1) as u128;
+                prop_assert!(
+                    sum <= allowed,
+                    "departures {}..={}: {} bytes in {} ns at {} B/s, burst {}",
+                    i, j, sum, span, bytes_per_sec, burst
+                );
+            }
+        }
     }
 }
 

@@ -375,6 +375,7 @@ fn plans_config(state: &State, dir: Direction) -> Result<CircuitShaperConfig, St
             .memory_limit
             .unwrap_or(defaults.circuit_memory_limit),
         total_packet_limit: state.total_packet_limit,
+        circuit_burst: state.settings.burst,
         ..defaults
     };
     config

@@ -29,6 +29,10 @@ pub struct CircuitsToml {
     /// How long a removed circuit's slot waits before a new circuit may take it ("5s"),
     /// so that packets still queued for it are never counted under another circuit.
     pub drain: String,
+    /// Bytes each circuit's shaper may send ahead of its plan ("1514", one full frame:
+    /// the bucket of a token-bucket shaper such as LibreQoS's HTB, which allows more; "0"
+    /// shapes as strictly as sch_cake.c). The lead is also at most 1 ms of the plan.
+    pub burst: String,
     /// The nodes this box serves when the network is split across several boxes
     /// (docs/circuits.md, "Several boxes"): only the circuits under them are loaded, with
     /// the nodes on their path to the root. `"(root)"` adds the circuits without a parent
@@ -44,6 +48,7 @@ impl Default for CircuitsToml {
             idle_release: "30s".into(),
             memory_limit: "auto".into(),
             drain: "5s".into(),
+            burst: "1514".into(),
             serve_nodes: Vec::new(),
         }
     }
@@ -115,6 +120,8 @@ pub struct CircuitsSettings {
     pub memory_limit: Option<u64>,
     /// How long a removed circuit's slot is held, ns.
     pub drain_ns: u64,
+    /// Each circuit's burst, bytes (`qdisc::circuit::CircuitShaperConfig::circuit_burst`).
+    pub burst: u32,
     /// The nodes this box serves (`circuits::serve`); empty for all.
     pub serve_nodes: Vec<String>,
 }
@@ -146,6 +153,20 @@ impl CircuitsSettings {
                 )
             })?),
         };
+        let burst = crate::config::units::parse_size(&raw.burst)
+            .ok()
+            .and_then(|b| u32::try_from(b).ok())
+            .filter(|&b| b <= qdisc::cake::MAX_BURST)
+            .ok_or_else(|| {
+                (
+                    key("burst"),
+                    format!(
+                        "'{}' is not a burst; use a size of at most {} bytes, such as \"1514\" (one frame, the default) or \"0\" (none)",
+                        raw.burst,
+                        qdisc::cake::MAX_BURST
+                    ),
+                )
+            })?;
         if memory_limit == Some(0) {
             return Err((
                 key("memory_limit"),
@@ -177,6 +198,7 @@ impl CircuitsSettings {
             idle_release_ns,
             memory_limit,
             drain_ns,
+            burst,
             serve_nodes: raw.serve_nodes.clone(),
         }))
     }
@@ -199,6 +221,7 @@ impl CircuitsSettings {
                 .memory_limit
                 .map_or_else(|| "auto".to_string(), crate::config::units::format_size),
             drain: format_duration_ns(self.drain_ns),
+            burst: self.burst.to_string(),
             serve_nodes: self.serve_nodes.clone(),
         }
     }
@@ -253,6 +276,15 @@ mod tests {
             ..CircuitsToml::default()
         });
         assert_eq!(k, "circuits.memory_limit");
+        for burst in ["2mb", "-1", "a frame"] {
+            let (k, m) = bad(CircuitsToml {
+                files: files.clone(),
+                burst: burst.into(),
+                ..CircuitsToml::default()
+            });
+            assert_eq!(k, "circuits.burst");
+            assert!(m.contains("\"1514\""), "{m}");
+        }
         assert_eq!(
             CircuitsSettings::resolve(&CircuitsToml::default()),
             Ok(None)
@@ -266,6 +298,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.memory_limit, Some(4 << 20));
         assert_eq!(s.idle_release_ns, 30_000_000_000);
+        assert_eq!(s.burst, qdisc::circuit::DEFAULT_CIRCUIT_BURST);
         let back = CircuitsSettings::resolve(&s.to_toml()).unwrap().unwrap();
         assert_eq!(back, s);
     }

@@ -142,6 +142,15 @@ pub struct CakeConfig {
     pub packet_limit: u32,
     /// MTU plus L2 header, used for COBALT's MTU time and the memory-limit cap (1514).
     pub mtu: u32,
+    /// Bytes the shaper may send ahead of its clock (0, the default: none, as sch_cake.c).
+    /// A packet leaves once the clock is within this many bytes' time at the rate in force
+    /// of now, and the clock still advances by every packet's time from where it was, so
+    /// the long-run rate stays exact and no window of any length carries more than the
+    /// rate's bytes plus `burst`: a token bucket this deep, as an HTB or TBF has (theirs
+    /// hold at least one MTU). A subscriber's queue uses it so that a burst that arrives
+    /// at one instant leaves in the same visit instead of one cold visit per packet
+    /// (docs/circuits.md, "Burst").
+    pub burst: u32,
     /// Seed for the dither and BLUE random numbers; a replay with the same seed is identical.
     pub seed: u64,
     /// Key of the flow and host hashes. Whoever knows it can craft 5-tuples that share one
@@ -174,6 +183,7 @@ impl Default for CakeConfig {
             fwmark_mask: 0,
             packet_limit: 10240,
             mtu: 1514,
+            burst: 0,
             seed: 0x5eed_cafe,
             hash_key: 0x5eed_cafe,
         }
@@ -183,6 +193,10 @@ impl Default for CakeConfig {
 /// Largest packet limit accepted: the packet slab is allocated up front, so a limit of a few
 /// billion would try to allocate gigabytes before the first packet.
 pub const MAX_PACKET_LIMIT: u32 = 1 << 22;
+
+/// Largest [`CakeConfig::burst`] accepted: 1 MiB, 8 ms at 1 Gbit/s; a deeper bucket
+/// lets out bursts that fill the next hop's buffer, which a shaper is there to prevent.
+pub const MAX_BURST: u32 = 1 << 20;
 
 /// The lowest shaped rate the kernel accepts (sch_cake.c `MIN_RATE`).
 pub const MIN_RATE_BYTES_PER_SEC: u64 = 64;
@@ -232,6 +246,14 @@ pub enum ConfigError {
     MtuOutOfRange {
         /// The rejected MTU.
         mtu: u32,
+    },
+    /// A burst above [`MAX_BURST`].
+    #[error("burst {burst} bytes is above the {max} accepted; a shaper's burst is a few frames (one MTU, 1514, is the usual), 0 for none")]
+    BurstTooLarge {
+        /// The rejected burst.
+        burst: u32,
+        /// The largest accepted.
+        max: u32,
     },
     /// A keyword that is not a link-layer preset.
     #[error("'{0}' is not a link-layer preset; try raw, conservative, ethernet, docsis, ether-vlan, pppoe-ptm, bridged-ptm, pppoa-vcmux, pppoe-llcsnap, ...")]
@@ -298,6 +320,12 @@ impl CakeConfig {
         }
         if self.mtu == 0 || self.mtu > 65536 {
             return Err(ConfigError::MtuOutOfRange { mtu: self.mtu });
+        }
+        if self.burst > MAX_BURST {
+            return Err(ConfigError::BurstTooLarge {
+                burst: self.burst,
+                max: MAX_BURST,
+            });
         }
         Ok(())
     }

@@ -29,10 +29,15 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             if !self.rate.is_unlimited() {
                 self.bound_catch_up(now);
             }
-            if !self.rate.is_unlimited() && self.time_next.next_ns > now && self.failsafe_next > now
+            // The gate, `burst` ahead of the clock (0 unless configured).
+            let ahead = self.ahead_ns;
+            let gate = now.saturating_add(ahead);
+            if !self.rate.is_unlimited()
+                && self.time_next.next_ns > gate
+                && self.failsafe_next > gate
             {
                 self.stats.overlimits += 1;
-                return Dequeue::NotBefore(self.time_next.next_ns.min(self.failsafe_next));
+                return Dequeue::NotBefore(self.time_next.next_ns.min(self.failsafe_next) - ahead);
             }
             // Choose a tin.
             if self.rate.is_unlimited() {
@@ -43,7 +48,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                 // at 1000 bytes.
                 // At most MAX_TINS, visibly, so that `turns[t]` needs no bounds check.
                 let tin_cnt = self.tin_cnt.min(MAX_TINS);
-                let mut t = self.cur_tin % MAX_TINS;
+                let mut t = self.cur_tin as usize % MAX_TINS;
                 loop {
                     let turn = &mut self.turns[t];
                     let active = turn.active_flows > 0;
@@ -70,7 +75,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                         }
                     }
                 }
-                self.cur_tin = t;
+                self.cur_tin = t as u32;
             } else {
                 let mut best_time = i64::MAX;
                 let mut best = 0;
@@ -85,12 +90,12 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                         }
                     }
                 }
-                self.cur_tin = best;
+                self.cur_tin = best as u32;
                 if !any {
                     return Dequeue::Empty;
                 }
             }
-            let t = self.cur_tin % MAX_TINS;
+            let t = self.cur_tin as usize % MAX_TINS;
             // The first visit of a dequeue goes to the decaying list's head (sch_cake.c's
             // `first_flow`). Beyond Linux: when that head is empty, has credit and its COBALT
             // state cannot change before `drop_next`, visiting it would only rotate it to the
@@ -139,7 +144,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                 };
                 let fid = usize::from(head);
                 first_flow = false;
-                self.cur_flow = fid % FLOWS;
+                self.cur_flow = (fid % FLOWS) as u32;
 
                 if self.flows[fid].deficit <= 0 {
                     if which == ListId::Old {
@@ -311,7 +316,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         let (credit, new_head) = end;
         self.rng = rng;
         if !credit {
-            self.cur_flow = fid % FLOWS;
+            self.cur_flow = (fid % FLOWS) as u32;
         }
         self.rotate_old_list(t, head, new_head);
         credit.then_some(left)

@@ -5,8 +5,8 @@
 use super::stats::ewma;
 use super::AqmMode;
 use super::{
-    diffserv, Cake, CobaltParams, RateNs, AUTORATE_HOLDOFF_NS, MAX_CATCH_UP_NS, MAX_TINS,
-    MIN_RATE_BYTES_PER_SEC,
+    diffserv, Cake, CobaltParams, RateNs, AUTORATE_HOLDOFF_NS, MAX_AHEAD_NS, MAX_CATCH_UP_NS,
+    MAX_TINS, MIN_RATE_BYTES_PER_SEC,
 };
 use crate::Packet;
 
@@ -56,6 +56,13 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         }
         self.rate_bps = rate;
         self.rate = self.tins[0].rate();
+        self.ahead_ns = if self.rate.is_unlimited() {
+            0
+        } else {
+            self.rate
+                .duration_ns(u64::from(self.config.burst))
+                .min(MAX_AHEAD_NS)
+        };
         self.time_next.reset_fraction();
         if !was_unlimited && !self.rate.is_unlimited() {
             // Deliberate deviation from sch_cake, which keeps the next-send times computed

@@ -59,6 +59,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             free_low: 0,
             free_head: NIL,
             ack: Vec::new(),
+            ahead_ns: 0,
             cur_tin: 0,
             cur_flow: 0,
             rng: config.seed,
@@ -151,7 +152,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
                 *h = delay_histogram(2);
             }
         }
-        if self.cur_tin >= self.tin_cnt {
+        if self.cur_tin as usize >= self.tin_cnt {
             self.cur_tin = 0;
         }
         self.autorate.avg_peak_bandwidth = rate;
@@ -214,6 +215,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             ack_mode: _,
             rate_bps,
             rate,
+            ahead_ns,
             time_next,
             failsafe_next,
             buffer_used,
@@ -246,6 +248,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         // the configuration alone.
         *rate_bps = 0;
         *rate = RateNs::default();
+        *ahead_ns = 0;
         *time_next = Clock::default();
         *failsafe_next = 0;
         *buffer_used = 0;
@@ -456,7 +459,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
     /// The dequeue cursors `(cur_tin, cur_flow)`, for tests that prove a rate change
     /// leaves them alone.
     pub fn cursors(&self) -> (usize, usize) {
-        (self.cur_tin, self.cur_flow)
+        (self.cur_tin as usize, self.cur_flow as usize)
     }
 
     /// Bytes this instance allocated up front apart from the packets themselves: flow, tag,

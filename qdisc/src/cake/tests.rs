@@ -1035,7 +1035,7 @@ fn naive_refills(c: &mut Cake<TestPacket>, t: usize, budget: u32) -> u32 {
         let q = c.flow_quantum(fid, dither);
         c.flows[fid].deficit = c.flows[fid].deficit.saturating_add(q);
         c.list_move_head_to_tail(fid, ListId::Old, ListId::Old);
-        c.cur_flow = fid % FLOWS_PER_TIN;
+        c.cur_flow = (fid % FLOWS_PER_TIN) as u32;
         refills += 1;
     }
     refills

@@ -105,6 +105,11 @@ pub struct CircuitShaperConfig {
     /// Released instances kept for reuse; more are freed. None is built before a
     /// circuit needs it.
     pub spare_instances: usize,
+    /// Each circuit's [`CakeConfig::burst`]: bytes its shaper may send ahead of its plan's
+    /// clock ([`DEFAULT_CIRCUIT_BURST`], one full Ethernet frame; 0 shapes as strictly as
+    /// sch_cake.c). Without it a burst that arrives at one instant, as TCP sends them,
+    /// leaves one packet per visit, each after the circuit's state went cold again.
+    pub circuit_burst: u32,
     /// The node tree this direction's circuits share ([`super::TreeRef::build`]): each
     /// circuit then runs at its share of its nodes' caps, not at its plan alone.
     pub rate_tree: Option<super::TreeRef>,
@@ -112,7 +117,7 @@ pub struct CircuitShaperConfig {
 
 impl Default for CircuitShaperConfig {
     /// No circuits, no link cap, default CAKE for unmatched traffic's queue, 30 s idle
-    /// release, 4 MiB and 2048 packets per instance, 16 spare instances.
+    /// release, 4 MiB and 2048 packets per instance, 16 spare instances, a burst of one frame.
     fn default() -> CircuitShaperConfig {
         CircuitShaperConfig {
             link: CakeConfig::default(),
@@ -123,6 +128,7 @@ impl Default for CircuitShaperConfig {
             circuit_packet_limit: 2048,
             total_packet_limit: usize::MAX,
             spare_instances: 16,
+            circuit_burst: DEFAULT_CIRCUIT_BURST,
             rate_tree: None,
         }
     }
@@ -175,6 +181,10 @@ pub enum CircuitConfigError {
     #[error("total_packet_limit 0 would drop every packet; use at least 1 (usize::MAX for no shared limit)")]
     ZeroTotalPacketLimit,
 }
+
+/// The default [`CircuitShaperConfig::circuit_burst`]: one full Ethernet frame, the
+/// smallest bucket a token-bucket shaper (HTB, TBF) accepts.
+pub const DEFAULT_CIRCUIT_BURST: u32 = 1514;
 
 /// The most slots a config may have: slot `u32::MAX - 1` is the last one a `u32` index can
 /// name once the default class takes an index of its own.
@@ -237,6 +247,7 @@ impl CircuitShaperConfig {
             memlimit: Some(plan.cake.memlimit.unwrap_or(self.circuit_memory_limit)),
             packet_limit: plan.cake.packet_limit.min(self.circuit_packet_limit),
             round_target: true,
+            burst: self.circuit_burst,
             ..plan.cake.clone()
         }
     }

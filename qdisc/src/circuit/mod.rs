@@ -29,7 +29,10 @@ mod stats;
 mod tests;
 mod tree;
 
-pub use config::{CircuitConfigError, CircuitPlan, CircuitShaperConfig, MAX_SLOTS, PLAIN_AQM_NS};
+pub use config::{
+    CircuitConfigError, CircuitPlan, CircuitShaperConfig, DEFAULT_CIRCUIT_BURST, MAX_SLOTS,
+    PLAIN_AQM_NS,
+};
 pub use stats::{CircuitCounters, CircuitStats, CircuitTinStats};
 pub use tree::{TreeCounters, TreeRef};
 

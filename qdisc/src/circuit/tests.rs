@@ -17,6 +17,8 @@ fn meta(circuit: Option<u32>, flow: u32) -> PacketMeta {
     }
 }
 
+/// Circuits at `rates_mbit`, shaped as strictly as sch_cake.c (no burst), so that the
+/// tests below can name the packet each shaper holds; the burst has tests of its own.
 fn config(rates_mbit: &[u64]) -> CircuitShaperConfig {
     let plans: Vec<Option<CircuitPlan>> = rates_mbit
         .iter()
@@ -25,6 +27,7 @@ fn config(rates_mbit: &[u64]) -> CircuitShaperConfig {
     CircuitShaperConfig {
         plans: Arc::from(plans),
         idle_release_ns: SEC,
+        circuit_burst: 0,
         ..CircuitShaperConfig::default()
     }
 }
@@ -113,6 +116,7 @@ fn plans_at_the_ends_of_the_range_are_held_to_their_rates() {
     let c = CircuitShaperConfig {
         plans: Arc::from(plans),
         idle_release_ns: 60 * SEC,
+        circuit_burst: 0,
         ..CircuitShaperConfig::default()
     };
     let mut q = shaper(&c);
@@ -617,4 +621,30 @@ fn memory_read_by_slot_adds_up_to_the_walk_of_every_instance() {
     assert_eq!(q.memory_bytes(), walk(&q));
     assert_eq!(by_slot(&q), walk(&q));
     assert_eq!(q.planned_instance_bytes(u32::MAX), 0);
+}
+
+#[test]
+fn a_burst_into_an_idle_circuit_leaves_at_once_within_the_circuit_burst() {
+    use crate::mq::{TxQueue, TxQueueOptions};
+    // 100 Mbit/s: a 300-byte packet takes 24 us. Four arrive at one instant.
+    let offer_four = |burst: u32| {
+        let c = CircuitShaperConfig {
+            circuit_burst: burst,
+            ..config(&[100])
+        };
+        let q = TxQueue::new(shaper(&c), TxQueueOptions::default());
+        let mut out = Vec::new();
+        let mut pkts: Vec<TestPacket> = (0..4).map(|i| TestPacket::new(300, 0, i)).collect();
+        let mut metas = vec![meta(Some(0), 0); 4];
+        let r = offer(&q, &mut pkts, &mut metas, &mut out);
+        (r.bypassed, r.queued)
+    };
+    // As sch_cake.c: the first passes, the others wait for their times.
+    assert_eq!(offer_four(0), (1, 3));
+    // With the default burst (one full frame) the shaper may lead its clock by 1514
+    // bytes' time: all four leave now, and the clock is 1200 bytes ahead.
+    assert_eq!(CircuitShaperConfig::default().circuit_burst, 1514);
+    assert_eq!(offer_four(DEFAULT_CIRCUIT_BURST), (4, 0));
+    // 600 bytes: the clock may lead by two packets' time when the third goes.
+    assert_eq!(offer_four(600), (3, 1));
 }

@@ -648,3 +648,23 @@ fn a_burst_into_an_idle_circuit_leaves_at_once_within_the_circuit_burst() {
     // 600 bytes: the clock may lead by two packets' time when the third goes.
     assert_eq!(offer_four(600), (3, 1));
 }
+
+#[test]
+fn a_peer_hands_its_burst_to_the_runner_even_for_an_empty_circuit_shaper() {
+    use crate::mq::{Offerer, TxQueue, TxQueueOptions};
+    // The circuits' state belongs to the runner's core: a peer worker's burst goes through
+    // the intake, even when every circuit is empty and could take the bypass.
+    let q = TxQueue::new(shaper(&config(&[100, 100])), TxQueueOptions::default());
+    let mut out = Vec::new();
+    let mut pkts: Vec<TestPacket> = (0..2).map(|i| TestPacket::new(300, i, 0)).collect();
+    let mut metas = vec![meta(Some(0), 0), meta(Some(1), 1)];
+    let r = q.enqueue_burst(0, &mut pkts, &mut metas, |_, _| {}, &mut out, Offerer::Peer);
+    assert_eq!((r.bypassed, r.dropped), (0, 0));
+    assert!(out.is_empty());
+    assert_eq!(q.backlog(), 2);
+    // The runner's own burst to the same empty circuits takes the bypass.
+    let q = TxQueue::new(shaper(&config(&[100, 100])), TxQueueOptions::default());
+    let mut pkts: Vec<TestPacket> = (0..2).map(|i| TestPacket::new(300, i, 0)).collect();
+    let r = offer(&q, &mut pkts, &mut metas, &mut out);
+    assert_eq!(r.bypassed, 2);
+}

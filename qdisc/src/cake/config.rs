@@ -144,12 +144,12 @@ pub struct CakeConfig {
     pub mtu: u32,
     /// Bytes the shaper may send ahead of its clock (0, the default: none, as sch_cake.c).
     /// A packet leaves once the clock is within this many bytes' time at the rate in force
-    /// of now, and the clock still advances by every packet's time from where it was, so
-    /// the long-run rate stays exact and no window of any length carries more than the
-    /// rate's bytes plus `burst`: a token bucket this deep, as an HTB or TBF has (theirs
-    /// hold at least one MTU). A subscriber's queue uses it so that a burst that arrives
-    /// at one instant leaves in the same visit instead of one cold visit per packet
-    /// (docs/circuits.md, "Burst").
+    /// (at most 1 ms of it) of now, and the clock still advances by every packet's time
+    /// from where it was, so the long-run rate stays exact and no window of any length
+    /// carries more than the rate's bytes plus `burst` plus one packet: a token bucket this
+    /// deep, as an HTB or TBF has. A subscriber's queue uses it so that a burst that
+    /// arrives at one instant leaves in the same visit instead of one cold visit per
+    /// packet (docs/circuits.md, "Burst").
     pub burst: u32,
     /// Seed for the dither and BLUE random numbers; a replay with the same seed is identical.
     pub seed: u64,

@@ -183,7 +183,8 @@ pub enum CircuitConfigError {
 }
 
 /// The default [`CircuitShaperConfig::circuit_burst`]: one full Ethernet frame, the
-/// smallest bucket a token-bucket shaper (HTB, TBF) accepts.
+/// smallest useful bucket of a token-bucket shaper (a TBF whose bucket is smaller than a
+/// frame never sends that frame).
 pub const DEFAULT_CIRCUIT_BURST: u32 = 1514;
 
 /// The most slots a config may have: slot `u32::MAX - 1` is the last one a `u32` index can

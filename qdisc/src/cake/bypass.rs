@@ -40,9 +40,8 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         metas: &[PacketMeta],
     ) -> BurstBypass {
         let shaped = !self.rate.is_unlimited();
-        let ahead = self.ahead_ns;
         if self.qlen != 0
-            || (shaped && now_ns.max(self.last_now).saturating_add(ahead) < self.time_next.next_ns)
+            || (shaped && self.send_gate(now_ns.max(self.last_now)) < self.time_next.next_ns)
         {
             return BurstBypass::default();
         }
@@ -88,7 +87,7 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
         let mut run_tin = usize::MAX;
         let mut run = TinSums::default();
         let (mut same_min, mut same_max) = (u32::MAX, 0u32);
-        let gate = now.saturating_add(self.ahead_ns);
+        let gate = self.send_gate(now);
         for (pkt, meta) in pkts.iter().zip(metas) {
             if SHAPED && gate < self.time_next.next_ns {
                 break;
@@ -229,7 +228,7 @@ mod tests {
             return false;
         }
         let now = now_ns.max(c.last_now);
-        if !c.rate.is_unlimited() && now + c.ahead_ns < c.time_next.next_ns {
+        if !c.rate.is_unlimited() && c.send_gate(now) < c.time_next.next_ns {
             return false;
         }
         let now = c.clamp_now(now_ns);

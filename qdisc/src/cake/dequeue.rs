@@ -29,15 +29,13 @@ impl<P: Packet, const FLOWS: usize> Cake<P, FLOWS> {
             if !self.rate.is_unlimited() {
                 self.bound_catch_up(now);
             }
-            // The gate, `burst` ahead of the clock (0 unless configured).
-            let ahead = self.ahead_ns;
-            let gate = now.saturating_add(ahead);
+            let gate = self.send_gate(now);
             if !self.rate.is_unlimited()
                 && self.time_next.next_ns > gate
                 && self.failsafe_next > gate
             {
                 self.stats.overlimits += 1;
-                return Dequeue::NotBefore(self.time_next.next_ns.min(self.failsafe_next) - ahead);
+                return Dequeue::NotBefore(self.gate_opens_at());
             }
             // Choose a tin.
             if self.rate.is_unlimited() {

@@ -526,6 +526,24 @@ pub struct Cake<P, const FLOWS: usize = FLOWS_PER_TIN> {
 pub type SubscriberCake<P> = Cake<P, SUBSCRIBER_FLOWS_PER_TIN>;
 
 impl<P, const FLOWS: usize> Cake<P, FLOWS> {
+    /// The latest clock at which a packet may leave at `now`: `now` plus the lead
+    /// [`CakeConfig::burst`] allows (0 unless configured). Every check of the shaper's
+    /// gate (the dequeue's, the bypass's) compares the clock with this.
+    #[inline(always)]
+    pub(super) fn send_gate(&self, now: u64) -> u64 {
+        now.saturating_add(self.ahead_ns)
+    }
+
+    /// When the gate opens for the packets queued now: the earlier of the clock and the
+    /// failsafe, less the lead (sch_cake.c's `min(time_next_packet, failsafe)`).
+    #[inline(always)]
+    pub(super) fn gate_opens_at(&self) -> u64 {
+        self.time_next
+            .next_ns
+            .min(self.failsafe_next)
+            .saturating_sub(self.ahead_ns)
+    }
+
     /// Every flow of every tin: the length of each flow table.
     const ALL_FLOWS: usize = MAX_TINS * FLOWS;
 
@@ -668,12 +686,7 @@ impl<P: Packet, const FLOWS: usize> Qdisc<P> for Cake<P, FLOWS> {
         if self.qlen == 0 || self.rate.is_unlimited() {
             return None;
         }
-        Some(
-            self.time_next
-                .next_ns
-                .min(self.failsafe_next)
-                .saturating_sub(self.ahead_ns),
-        )
+        Some(self.gate_opens_at())
     }
 }
 

@@ -629,15 +629,20 @@ impl Connections {
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        nanos_since(self.started)
     }
+}
+
+fn nanos_since(started: std::time::Instant) -> u64 {
+    u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A connection's reader that notes when each byte arrived, so that the server sheds the
 /// client that has been silent longest, not one that is slowly sending a command.
 struct Heard<R> {
     inner: R,
-    connections: Arc<Connections>,
+    /// The server's start, which `last_heard` counts from.
+    started: std::time::Instant,
     last_heard: Arc<AtomicU64>,
 }
 
@@ -646,7 +651,7 @@ impl<R: Read> Read for Heard<R> {
         let n = self.inner.read(buf)?;
         if n > 0 {
             self.last_heard
-                .store(self.connections.now(), Ordering::Relaxed);
+                .store(nanos_since(self.started), Ordering::Relaxed);
         }
         Ok(n)
     }
@@ -692,7 +697,7 @@ fn admit(
     }
     let reader = Heard {
         inner: s,
-        connections: open.clone(),
+        started: open.started,
         last_heard,
     };
     let (state, stop, guard) = (

@@ -59,8 +59,11 @@ impl<P: Packet> CircuitShaper<P> {
 
         // The tree first: a plan change below keeps the share the (new) tree holds.
         self.tree = super::tree::TreeLink::for_config(config, self.tree.take());
+        // What `instance_config` takes from the shaper's config besides the plan: when any
+        // of it changed, every live instance is retuned, its plan changed or not.
         let same_limits = old.circuit_memory_limit == config.circuit_memory_limit
-            && old.circuit_packet_limit == config.circuit_packet_limit;
+            && old.circuit_packet_limit == config.circuit_packet_limit
+            && old.circuit_burst == config.circuit_burst;
         if !(same_limits && Arc::ptr_eq(&old.plans, &config.plans)) {
             for slot in 0..slots as u32 {
                 let id = slot + 1;

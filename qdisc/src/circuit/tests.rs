@@ -668,3 +668,25 @@ fn a_peer_hands_its_burst_to_the_runner_even_for_an_empty_circuit_shaper() {
     let r = offer(&q, &mut pkts, &mut metas, &mut out);
     assert_eq!(r.bypassed, 2);
 }
+
+#[test]
+fn a_changed_burst_applies_to_live_instances_on_reconfigure() {
+    // A reload that changes `[circuits] burst` reaches the instances already running.
+    let strict = config(&[100]);
+    let mut q = shaper(&strict);
+    let four = |q: &mut CircuitShaper<TestPacket>, at: u64| {
+        let pkts: Vec<TestPacket> = (0..4).map(|i| TestPacket::new(300, 0, i)).collect();
+        let metas = vec![meta(Some(0), 0); 4];
+        q.bypass_burst(at, &pkts, &metas).packets
+    };
+    assert_eq!(four(&mut q, 0), 1);
+    // Leave it idle long enough for the clock to fall behind, keeping its instance.
+    let _ = drain_until(&mut q, 0, 10 * MS);
+    q.reconfigure(&CircuitShaperConfig {
+        circuit_burst: DEFAULT_CIRCUIT_BURST,
+        ..strict
+    })
+    .unwrap();
+    assert!(q.instance(0).is_some());
+    assert_eq!(four(&mut q, 20 * MS), 4);
+}
